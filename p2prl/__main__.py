@@ -1,0 +1,3 @@
+from p2prl.cli.main import main
+
+main()

@@ -1,0 +1,50 @@
+"""Entry point: assembles the command groups into one ``p2prl`` command."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import typer
+
+from p2prl import __version__
+from p2prl.cli import bench, keys, net, node, patch, rl
+
+app = typer.Typer(
+    name="p2prl",
+    help="Peer-to-peer RL post-training: signed sparse patches, verifiable rollouts, GRPO.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(keys.app, name="keys")
+app.add_typer(patch.app, name="patch")
+app.add_typer(bench.app, name="bench")
+app.add_typer(net.blob_app, name="blob")
+app.command("peers")(net.peers)
+app.command("train-local")(rl.train_local)
+node.register(app)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"p2prl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
+    log_level: str = typer.Option(
+        os.environ.get("P2PRL_LOG_LEVEL", "WARNING"),
+        "--log-level",
+        help="Python log level (env P2PRL_LOG_LEVEL).",
+    ),
+) -> None:
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def main() -> None:
+    app()

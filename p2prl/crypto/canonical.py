@@ -1,0 +1,72 @@
+"""Canonical encoding of control objects: one byte string per value, so signatures are stable.
+
+Encoding (see docs/PROTOCOL.md): UTF-8 JSON with object keys sorted by code point, no
+insignificant whitespace, ``ensure_ascii``, integers in decimal, no floats (scaled integers are
+used instead, so every implementation agrees on the bytes), byte strings as lowercase hex text.
+Decoding accepts only bytes that re-encode to themselves, so no two encodings of one value exist.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+MAX_DEPTH = 16
+INT_BOUND = 2**63
+
+
+class CanonicalError(ValueError):
+    """A value that cannot be canonically encoded, or bytes that are not a canonical encoding."""
+
+
+def _check(value: Any, depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise CanonicalError("nesting too deep")
+    if value is None or isinstance(value, (bool, str)):
+        return
+    if isinstance(value, int):
+        if not -INT_BOUND <= value < INT_BOUND:
+            raise CanonicalError("integer out of 64-bit range")
+        return
+    if isinstance(value, float):
+        raise CanonicalError("floats are not canonical; use scaled integers")
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            _check(v, depth + 1)
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise CanonicalError(f"object keys must be strings, got {type(k).__name__}")
+            _check(v, depth + 1)
+        return
+    raise CanonicalError(f"type {type(value).__name__} is not encodable")
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """The canonical encoding of a JSON-like value (dict/list/str/int/bool/None)."""
+    _check(value)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    ).encode()
+
+
+def canonical_loads(data: bytes, *, max_bytes: int | None = None) -> Any:
+    """Parse bytes that must be a canonical encoding; raises CanonicalError otherwise."""
+    if max_bytes is not None and len(data) > max_bytes:
+        raise CanonicalError(f"{len(data)} bytes exceeds the {max_bytes}-byte limit")
+    try:
+        value = json.loads(data.decode("ascii"), parse_float=_reject_float, parse_constant=_reject_float)
+    except RecursionError as e:
+        raise CanonicalError("nesting too deep") from e
+    except CanonicalError:
+        raise
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CanonicalError(f"not canonical JSON: {e}") from e
+    if canonical_bytes(value) != data:
+        raise CanonicalError("bytes are not in canonical form")
+    return value
+
+
+def _reject_float(s: str) -> Any:
+    raise CanonicalError(f"non-integer number {s!r} in canonical data")

@@ -1,0 +1,1 @@
+"""libp2p transport, gossip, content-addressed blob store, chunk exchange and S3 fallback."""

@@ -1,0 +1,32 @@
+"""Wire objects (DESIGN §2): typed bodies of signed envelopes, with their bounds, and blob refs."""
+
+from p2prl.protocol.blobs import DEFAULT_CHUNK_SIZE, BlobRef, blob_ref_for, chunk_spans
+from p2prl.protocol.messages import (
+    MAX_ENVELOPE_BYTES,
+    Genesis,
+    Heartbeat,
+    MessageError,
+    PatchManifest,
+    RolloutAnnouncement,
+    Scores,
+    Verdict,
+    decode_message,
+    encode_message,
+)
+
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "MAX_ENVELOPE_BYTES",
+    "BlobRef",
+    "Genesis",
+    "Heartbeat",
+    "MessageError",
+    "PatchManifest",
+    "RolloutAnnouncement",
+    "Scores",
+    "Verdict",
+    "blob_ref_for",
+    "chunk_spans",
+    "decode_message",
+    "encode_message",
+]

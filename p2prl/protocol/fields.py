@@ -1,0 +1,72 @@
+"""Checked field readers for bodies from peers: every read validates type and bound."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_HEX_RE = re.compile(r"^[0-9a-f]*$")
+
+
+class MessageError(ValueError):
+    """A body that does not match its type's schema; ``reason`` is a stable code."""
+
+    def __init__(self, detail: str, reason: str = "bad_body") -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+def req(body: dict[str, Any], key: str) -> Any:
+    if key not in body:
+        raise MessageError(f"missing field {key!r}")
+    return body[key]
+
+
+def int_field(body: dict[str, Any], key: str, lo: int = 0, hi: int = 2**62) -> int:
+    v = req(body, key)
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise MessageError(f"{key} must be an integer in [{lo}, {hi}]")
+    return v
+
+
+def str_field(
+    body: dict[str, Any], key: str, max_len: int = 256, choices: tuple[str, ...] | None = None
+) -> str:
+    v = req(body, key)
+    if not isinstance(v, str) or len(v) > max_len:
+        raise MessageError(f"{key} must be a string of at most {max_len} chars")
+    if choices is not None and v not in choices:
+        raise MessageError(f"{key} must be one of {choices}")
+    return v
+
+
+def hex_field(body: dict[str, Any], key: str, nbytes: int) -> str:
+    v = req(body, key)
+    check_hex(v, nbytes, key)
+    return v
+
+
+def check_hex(v: Any, nbytes: int, what: str) -> None:
+    if not isinstance(v, str) or len(v) != 2 * nbytes or not _HEX_RE.match(v):
+        raise MessageError(f"{what} must be {nbytes} bytes of lowercase hex")
+
+
+def list_field(body: dict[str, Any], key: str, max_len: int) -> list[Any]:
+    v = req(body, key)
+    if not isinstance(v, list) or len(v) > max_len:
+        raise MessageError(f"{key} must be a list of at most {max_len} items")
+    return v
+
+
+def dict_field(body: dict[str, Any], key: str) -> dict[str, Any]:
+    v = req(body, key)
+    if not isinstance(v, dict):
+        raise MessageError(f"{key} must be an object")
+    return v
+
+
+def bool_field(body: dict[str, Any], key: str) -> bool:
+    v = req(body, key)
+    if not isinstance(v, bool):
+        raise MessageError(f"{key} must be a boolean")
+    return v

@@ -1,0 +1,354 @@
+"""Typed bodies of the envelope types (DESIGN §2), each with a size bound and a strict parser.
+
+``encode_message`` signs a typed object into an envelope; ``decode_message`` verifies an
+envelope and parses its body into the right type, so code past it only ever sees checked data.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from p2prl.crypto.envelope import Envelope, EnvelopeError, open_envelope, seal
+from p2prl.crypto.keys import Identity
+from p2prl.protocol.blobs import BlobRef
+from p2prl.protocol.fields import (
+    MessageError,
+    bool_field,
+    dict_field,
+    hex_field,
+    int_field,
+    list_field,
+    str_field,
+)
+
+MAX_ENVELOPE_BYTES = 512 * 1024
+MAX_VERSION = 2**40
+ROLES = ("trainer", "miner", "validator")
+KINDS = ("delta", "anchor")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class Genesis:
+    """The network's founding document, signed by the trainer; every node pins its trainer key."""
+
+    TYPE: ClassVar[str] = "genesis"
+    MAX_BYTES: ClassVar[int] = 256 * 1024
+
+    network_id: str
+    trainer: str  # hex public key
+    model: dict[str, Any]  # name, source, config, weights_hash (blake3 hex), tokenizer
+    task: dict[str, Any]  # name, params
+    generation: dict[str, Any]  # max_new_tokens, temperature_milli, top_p_milli, group_size, groups_per_batch
+    patch: dict[str, Any]  # anchor_interval, chunk_size, codec, zstd_level
+    validators: tuple[str, ...]
+    bootstrap: tuple[str, ...]
+    s3: dict[str, Any] | None
+    max_staleness: int
+    created_ms: int = field(default_factory=now_ms)
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "network_id": self.network_id,
+            "trainer": self.trainer,
+            "model": self.model,
+            "task": self.task,
+            "generation": self.generation,
+            "patch": self.patch,
+            "validators": list(self.validators),
+            "bootstrap": list(self.bootstrap),
+            "s3": self.s3,
+            "max_staleness": self.max_staleness,
+            "created_ms": self.created_ms,
+        }
+
+    @classmethod
+    def from_body(cls, b: dict[str, Any]) -> Genesis:
+        validators = list_field(b, "validators", 64)
+        for v in validators:
+            if not isinstance(v, str) or len(v) != 64:
+                raise MessageError("validators must be hex public keys")
+        bootstrap = list_field(b, "bootstrap", 64)
+        if not all(isinstance(a, str) and len(a) < 512 for a in bootstrap):
+            raise MessageError("bootstrap must be multiaddr strings")
+        s3 = b.get("s3")
+        if s3 is not None and not isinstance(s3, dict):
+            raise MessageError("s3 must be an object or null")
+        return cls(
+            network_id=str_field(b, "network_id", 64),
+            trainer=hex_field(b, "trainer", 32),
+            model=dict_field(b, "model"),
+            task=dict_field(b, "task"),
+            generation=dict_field(b, "generation"),
+            patch=dict_field(b, "patch"),
+            validators=tuple(validators),
+            bootstrap=tuple(bootstrap),
+            s3=s3,
+            max_staleness=int_field(b, "max_staleness", 0, 1_000_000),
+            created_ms=int_field(b, "created_ms"),
+        )
+
+
+@dataclass(frozen=True)
+class PatchManifest:
+    """Version ``version`` of the weights: a delta from ``base_version`` or a full anchor."""
+
+    TYPE: ClassVar[str] = "patch_manifest"
+    MAX_BYTES: ClassVar[int] = 256 * 1024
+
+    version: int
+    base_version: int  # == version for an anchor
+    base_hash: str  # weights hash (blake3 hex) the delta applies to; "" for an anchor
+    result_hash: str  # weights hash after applying
+    kind: str  # "delta" | "anchor"
+    codec: str
+    blob: BlobRef
+    anchor_version: int  # newest anchor at or below this version (the slow path's start)
+    created_ms: int = field(default_factory=now_ms)
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "base_version": self.base_version,
+            "base_hash": self.base_hash,
+            "result_hash": self.result_hash,
+            "kind": self.kind,
+            "codec": self.codec,
+            "blob": self.blob.to_body(),
+            "anchor_version": self.anchor_version,
+            "created_ms": self.created_ms,
+        }
+
+    @classmethod
+    def from_body(cls, b: dict[str, Any]) -> PatchManifest:
+        kind = str_field(b, "kind", 16, KINDS)
+        m = cls(
+            version=int_field(b, "version", 0, MAX_VERSION),
+            base_version=int_field(b, "base_version", 0, MAX_VERSION),
+            base_hash=hex_field(b, "base_hash", 32) if kind == "delta" else str_field(b, "base_hash", 0),
+            result_hash=hex_field(b, "result_hash", 32),
+            kind=kind,
+            codec=str_field(b, "codec", 32),
+            blob=BlobRef.from_body(b.get("blob")),
+            anchor_version=int_field(b, "anchor_version", 0, MAX_VERSION),
+            created_ms=int_field(b, "created_ms"),
+        )
+        if kind == "delta" and m.base_version != m.version - 1:
+            raise MessageError("a delta must take version-1 to version")
+        if kind == "anchor" and (m.base_version != m.version or m.anchor_version != m.version):
+            raise MessageError("an anchor's base_version and anchor_version are its own version")
+        if m.anchor_version > m.version:
+            raise MessageError("anchor_version after version")
+        return m
+
+
+@dataclass(frozen=True)
+class RolloutAnnouncement:
+    """A miner's batch of rollout groups for one version, stored as a blob."""
+
+    TYPE: ClassVar[str] = "rollout_announcement"
+    MAX_BYTES: ClassVar[int] = 64 * 1024
+
+    version: int
+    manifest_hash: str  # result_hash of the version used: the public seed of prompts and proofs
+    blob: BlobRef
+    groups: int
+    commitment_root: str  # sha256 hex over the fingerprint commitments
+    created_ms: int = field(default_factory=now_ms)
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "manifest_hash": self.manifest_hash,
+            "blob": self.blob.to_body(),
+            "groups": self.groups,
+            "commitment_root": self.commitment_root,
+            "created_ms": self.created_ms,
+        }
+
+    @classmethod
+    def from_body(cls, b: dict[str, Any]) -> RolloutAnnouncement:
+        return cls(
+            version=int_field(b, "version", 0, MAX_VERSION),
+            manifest_hash=hex_field(b, "manifest_hash", 32),
+            blob=BlobRef.from_body(b.get("blob")),
+            groups=int_field(b, "groups", 1, 4096),
+            commitment_root=hex_field(b, "commitment_root", 32),
+            created_ms=int_field(b, "created_ms"),
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A validator's judgement of one rollout blob: per-group accept/reject with reason codes."""
+
+    TYPE: ClassVar[str] = "verdict"
+    MAX_BYTES: ClassVar[int] = 128 * 1024
+
+    blob_id: str
+    miner: str
+    version: int
+    groups: tuple[dict[str, Any], ...]  # {"index": int, "accepted": bool, "reason": str}
+    created_ms: int = field(default_factory=now_ms)
+
+    @property
+    def accepted(self) -> int:
+        return sum(1 for g in self.groups if g["accepted"])
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "blob_id": self.blob_id,
+            "miner": self.miner,
+            "version": self.version,
+            "groups": list(self.groups),
+            "created_ms": self.created_ms,
+        }
+
+    @classmethod
+    def from_body(cls, b: dict[str, Any]) -> Verdict:
+        groups = list_field(b, "groups", 4096)
+        checked = []
+        for g in groups:
+            if not isinstance(g, dict):
+                raise MessageError("group verdict must be an object")
+            checked.append(
+                {
+                    "index": int_field(g, "index", 0, 4095),
+                    "accepted": bool_field(g, "accepted"),
+                    "reason": str_field(g, "reason", 64),
+                }
+            )
+        return cls(
+            blob_id=hex_field(b, "blob_id", 32),
+            miner=hex_field(b, "miner", 32),
+            version=int_field(b, "version", 0, MAX_VERSION),
+            groups=tuple(checked),
+            created_ms=int_field(b, "created_ms"),
+        )
+
+
+@dataclass(frozen=True)
+class Scores:
+    """A validator's per-miner scores over its sliding window of versions (valid unique rollouts)."""
+
+    TYPE: ClassVar[str] = "scores"
+    MAX_BYTES: ClassVar[int] = 128 * 1024
+
+    version: int
+    window: int
+    scores: dict[str, int]  # miner hex key -> score
+    created_ms: int = field(default_factory=now_ms)
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "window": self.window,
+            "scores": dict(self.scores),
+            "created_ms": self.created_ms,
+        }
+
+    @classmethod
+    def from_body(cls, b: dict[str, Any]) -> Scores:
+        scores = dict_field(b, "scores")
+        if len(scores) > 4096:
+            raise MessageError("too many miners in scores")
+        for k, v in scores.items():
+            if len(k) != 64 or not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise MessageError("scores must map hex keys to non-negative integers")
+        return cls(
+            version=int_field(b, "version", 0, MAX_VERSION),
+            window=int_field(b, "window", 1, 1_000_000),
+            scores=scores,
+            created_ms=int_field(b, "created_ms"),
+        )
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Liveness, version and what a peer holds (so others know whom to ask for which chunks)."""
+
+    TYPE: ClassVar[str] = "heartbeat"
+    MAX_BYTES: ClassVar[int] = 64 * 1024
+
+    role: str
+    version: int
+    peer_id: str
+    addrs: tuple[str, ...]
+    holds: tuple[str, ...]  # blob ids held complete
+    stats: dict[str, int]
+    created_ms: int = field(default_factory=now_ms)
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "version": self.version,
+            "peer_id": self.peer_id,
+            "addrs": list(self.addrs),
+            "holds": list(self.holds),
+            "stats": dict(self.stats),
+            "created_ms": self.created_ms,
+        }
+
+    @classmethod
+    def from_body(cls, b: dict[str, Any]) -> Heartbeat:
+        addrs = list_field(b, "addrs", 16)
+        holds = list_field(b, "holds", 512)
+        if not all(isinstance(a, str) and len(a) < 512 for a in addrs):
+            raise MessageError("addrs must be multiaddr strings")
+        for h in holds:
+            if not isinstance(h, str) or len(h) != 64:
+                raise MessageError("holds must be blob ids")
+        stats = dict_field(b, "stats")
+        if len(stats) > 64 or not all(isinstance(v, int) and not isinstance(v, bool) for v in stats.values()):
+            raise MessageError("stats must be at most 64 integers")
+        return cls(
+            role=str_field(b, "role", 16, ROLES),
+            version=int_field(b, "version", 0, MAX_VERSION),
+            peer_id=str_field(b, "peer_id", 128),
+            addrs=tuple(addrs),
+            holds=tuple(holds),
+            stats=stats,
+            created_ms=int_field(b, "created_ms"),
+        )
+
+
+MESSAGE_TYPES: dict[str, Any] = {
+    t.TYPE: t for t in (Genesis, PatchManifest, RolloutAnnouncement, Verdict, Scores, Heartbeat)
+}
+Message = Genesis | PatchManifest | RolloutAnnouncement | Verdict | Scores | Heartbeat
+
+
+def encode_message(identity: Identity, network: str, msg: Message) -> bytes:
+    """Sign ``msg`` into an envelope; refuses to produce one larger than its type allows."""
+    raw = seal(identity, network, msg.TYPE, msg.to_body())
+    if len(raw) > msg.MAX_BYTES:
+        raise MessageError(f"{msg.TYPE} of {len(raw)} bytes exceeds {msg.MAX_BYTES}", "oversized")
+    return raw
+
+
+def decode_message(
+    data: bytes,
+    network: str,
+    *,
+    expected_type: str | None = None,
+    allowed_signers: set[bytes] | frozenset[bytes] | None = None,
+) -> tuple[Envelope, Message]:
+    """Verify an envelope and parse its body; raises EnvelopeError or MessageError (both carry ``reason``)."""
+    env = open_envelope(
+        data,
+        network,
+        max_bytes=MAX_ENVELOPE_BYTES,
+        expected_type=expected_type,
+        allowed_signers=allowed_signers,
+    )
+    cls = MESSAGE_TYPES.get(env.type)
+    if cls is None:
+        raise EnvelopeError("unknown_type", env.type)
+    if len(data) > cls.MAX_BYTES:
+        raise EnvelopeError("oversized", f"{env.type} of {len(data)} bytes exceeds {cls.MAX_BYTES}")
+    return env, cls.from_body(env.body)

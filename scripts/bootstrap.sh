@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Sets up p2prl on a fresh machine (idempotent) and runs one of:
+#   demo [ARGS]   the main job: a local network (trainer, validator, 2 miners, S3) on 127.0.0.1
+#   test [ARGS]   lint + the test suite
+#   shell         a shell inside the environment
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${P2PRL_VENV:-.venv}
+PY=${PYTHON:-python3}
+
+need_sys=()
+command -v gcc >/dev/null 2>&1 || need_sys+=(gcc)
+[ -e /usr/include/gmp.h ] || [ -e /usr/include/x86_64-linux-gnu/gmp.h ] || need_sys+=(libgmp-dev)
+if [ ${#need_sys[@]} -gt 0 ]; then
+  echo "installing system packages: ${need_sys[*]}" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${need_sys[@]}" python3-venv >/dev/null
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+# shellcheck disable=SC1091
+. "$VENV/bin/activate"
+stamp="$VENV/.p2prl-installed"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  python -m pip install -q --upgrade pip
+  # the CPU build of torch; any other torch pulls CUDA packages
+  python -c "import torch" 2>/dev/null || python -m pip install -q "torch==${P2PRL_TORCH_VERSION:-2.13.0}"
+  python -m pip install -q -e ".[test]"
+  touch "$stamp"
+fi
+
+cmd=${1:-test}
+shift || true
+case "$cmd" in
+  demo) exec p2prl demo "$@" ;;
+  test)
+    ruff check .
+    exec python -m pytest -q -p no:cacheprovider "$@" ;;
+  shell) exec "${SHELL:-bash}" ;;
+  *) echo "usage: $0 demo|test|shell [ARGS]" >&2; exit 2 ;;
+esac
