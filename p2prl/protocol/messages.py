@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from p2prl.crypto.canonical import canonical_bytes, canonical_loads
 from p2prl.crypto.envelope import Envelope, EnvelopeError, open_envelope, seal
 from p2prl.crypto.keys import Identity
 from p2prl.protocol.blobs import BlobRef
@@ -324,7 +325,8 @@ Message = Genesis | PatchManifest | RolloutAnnouncement | Verdict | Scores | Hea
 
 
 def encode_message(identity: Identity, network: str, msg: Message) -> bytes:
-    """Sign ``msg`` into an envelope; refuses to produce one larger than its type allows."""
+    """Sign ``msg`` into an envelope; refuses one that its type's size bound or parser would reject."""
+    type(msg).from_body(canonical_loads(canonical_bytes(msg.to_body())))
     raw = seal(identity, network, msg.TYPE, msg.to_body())
     if len(raw) > msg.MAX_BYTES:
         raise MessageError(f"{msg.TYPE} of {len(raw)} bytes exceeds {msg.MAX_BYTES}", "oversized")

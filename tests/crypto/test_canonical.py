@@ -1,0 +1,55 @@
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from p2prl.crypto.canonical import CanonicalError, canonical_bytes, canonical_loads
+
+values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(values)
+def test_roundtrip_is_identity(v):
+    b = canonical_bytes(v)
+    assert canonical_loads(b) == v
+    assert canonical_bytes(canonical_loads(b)) == b
+
+
+def test_key_order_does_not_matter():
+    assert (
+        canonical_bytes({"b": 1, "a": [1, 2]})
+        == canonical_bytes({"a": [1, 2], "b": 1})
+        == b'{"a":[1,2],"b":1}'
+    )
+
+
+@pytest.mark.parametrize("bad", [1.5, float("nan"), {1: 2}, b"bytes", 2**64, object()])
+def test_unencodable(bad):
+    with pytest.raises(CanonicalError):
+        canonical_bytes(bad)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"b":1,"a":2}',
+        b'{"a": 1}',
+        b'{"a":1.0}',
+        b"[1,2",
+        b'"\xff"',
+        b'{"a":NaN}',
+        b"[" * 5000 + b"]" * 5000,
+        b'"\\u00e9"x',
+    ],
+)
+def test_non_canonical_bytes_rejected(data):
+    with pytest.raises(CanonicalError):
+        canonical_loads(data)
+
+
+def test_size_bound():
+    with pytest.raises(CanonicalError, match="limit"):
+        canonical_loads(b'"' + b"a" * 100 + b'"', max_bytes=50)

@@ -1,0 +1,166 @@
+import hashlib
+
+import pytest
+
+from p2prl.crypto.envelope import EnvelopeError, seal
+from p2prl.crypto.keys import Identity
+from p2prl.protocol import (
+    BlobRef,
+    Genesis,
+    Heartbeat,
+    MessageError,
+    PatchManifest,
+    RolloutAnnouncement,
+    Scores,
+    Verdict,
+    blob_ref_for,
+    decode_message,
+    encode_message,
+)
+from p2prl.protocol.blobs import MIN_CHUNK_SIZE
+
+TRAINER = Identity(b"\x03" * 32)
+H = "ab" * 32
+
+
+def ref(data=b"x" * 100_000):
+    return blob_ref_for(data, chunk_size=MIN_CHUNK_SIZE)
+
+
+def samples():
+    return [
+        Genesis(
+            network_id="n1",
+            trainer=TRAINER.public_hex,
+            model={"name": "tiny", "weights_hash": H},
+            task={"name": "add"},
+            generation={"max_new_tokens": 8},
+            patch={"anchor_interval": 10},
+            validators=(TRAINER.public_hex,),
+            bootstrap=("/ip4/127.0.0.1/tcp/4001",),
+            s3=None,
+            max_staleness=4,
+        ),
+        PatchManifest(3, 2, H, H, "delta", "p2pz1", ref(), 0),
+        PatchManifest(10, 10, "", H, "anchor", "safetensors", ref(), 10),
+        RolloutAnnouncement(3, H, ref(), 4, H),
+        Verdict(H, TRAINER.public_hex, 3, ({"index": 0, "accepted": True, "reason": "ok"},)),
+        Scores(3, 8, {TRAINER.public_hex: 5}),
+        Heartbeat("miner", 3, "12D3KooW", ("/ip4/127.0.0.1/tcp/1",), (H,), {"rollouts": 2}),
+    ]
+
+
+@pytest.mark.parametrize("msg", samples(), ids=lambda m: m.TYPE)
+def test_roundtrip(msg):
+    raw = encode_message(TRAINER, "n1", msg)
+    env, back = decode_message(raw, "n1")
+    assert back == msg and env.signer == TRAINER.public_key
+
+
+def test_blob_ref_chunks():
+    data = bytes(range(256)) * 300
+    r = ref(data)
+    assert r.id == hashlib.sha256(data).hexdigest() and r.n_chunks == 5
+    for i in range(r.n_chunks):
+        chunk = data[i * r.chunk_size : (i + 1) * r.chunk_size]
+        assert r.verify_chunk(i, chunk)
+        assert not r.verify_chunk(i, chunk[:-1] + b"?")
+    assert BlobRef.from_body(r.to_body()) == r
+    empty = ref(b"")
+    assert empty.n_chunks == 1 and empty.verify_chunk(0, b"")
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda b: b.update(chunks=b["chunks"][:-1]),
+        lambda b: b.update(id="zz"),
+        lambda b: b.update(size=-1),
+        lambda b: b.update(chunk_size=1),
+        lambda b: b.update(chunks=["00"] * len(b["chunks"])),
+        lambda b: b.pop("size"),
+        lambda b: b.update(size=True),
+    ],
+)
+def test_bad_blob_refs(mutate):
+    body = ref().to_body()
+    mutate(body)
+    with pytest.raises(MessageError):
+        BlobRef.from_body(body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {
+            "version": 3,
+            "base_version": 1,
+            "base_hash": H,
+            "result_hash": H,
+            "kind": "delta",
+            "codec": "c",
+            "anchor_version": 0,
+        },
+        {
+            "version": 3,
+            "base_version": 2,
+            "base_hash": "",
+            "result_hash": H,
+            "kind": "delta",
+            "codec": "c",
+            "anchor_version": 0,
+        },
+        {
+            "version": 3,
+            "base_version": 2,
+            "base_hash": H,
+            "result_hash": H,
+            "kind": "full",
+            "codec": "c",
+            "anchor_version": 0,
+        },
+        {
+            "version": 3,
+            "base_version": 3,
+            "base_hash": "",
+            "result_hash": H,
+            "kind": "anchor",
+            "codec": "c",
+            "anchor_version": 0,
+        },
+        {
+            "version": 3,
+            "base_version": 2,
+            "base_hash": H,
+            "result_hash": H,
+            "kind": "delta",
+            "codec": "c",
+            "anchor_version": 9,
+        },
+    ],
+)
+def test_inconsistent_manifests_rejected(body):
+    body = dict(body, blob=ref().to_body(), created_ms=1)
+    raw = seal(TRAINER, "n1", "patch_manifest", body)
+    with pytest.raises(MessageError):
+        decode_message(raw, "n1")
+
+
+def test_unknown_type_and_oversized():
+    with pytest.raises(EnvelopeError) as e:
+        decode_message(seal(TRAINER, "n1", "mystery", {"a": 1}), "n1")
+    assert e.value.reason == "unknown_type"
+    big = Heartbeat("miner", 1, "p", (), (), {}).to_body()
+    big["peer_id"] = "p" * 100
+    big["pad"] = "x" * 70_000  # unknown fields are ignored, but the size bound holds
+    with pytest.raises(EnvelopeError) as e:
+        decode_message(seal(TRAINER, "n1", "heartbeat", big), "n1")
+    assert e.value.reason == "oversized"
+    with pytest.raises(MessageError):
+        encode_message(
+            TRAINER, "n1", Heartbeat("miner", 1, "p" * 100, (), (), {f"k{i}": i for i in range(65)})
+        )
+    bad = Scores(1, 8, {TRAINER.public_hex: 1}).to_body()
+    bad["scores"] = {"short": 1}
+    with pytest.raises(MessageError):
+        decode_message(seal(TRAINER, "n1", "scores", bad), "n1")
