@@ -1,15 +1,172 @@
-"""``p2prl peers`` and ``p2prl blob get`` (placeholder until the network layer lands)."""
+"""``p2prl peers``, ``p2prl blob get`` and ``p2prl bench fanout``: operate and debug the network layer.
+
+libp2p, trio and boto3 are imported inside the commands so ``p2prl --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
 
 import typer
 
 blob_app = typer.Typer(help="Fetch and verify content-addressed blobs.", no_args_is_help=True)
 
 
-def peers() -> None:
-    """List the peers this node sees."""
-    raise typer.Exit(2)
+def _identity(key: Path | None) -> Any:
+    from p2prl.crypto.keys import Identity, load_identity
+
+    return load_identity(key) if key else Identity.generate()
 
 
-def bench_fanout() -> None:
-    """Benchmark swarm fan-out of one blob to N peers."""
-    raise typer.Exit(2)
+def peers(
+    connect: list[str] = typer.Option(
+        [], "--connect", "-c", help="Multiaddr (…/p2p/<id>) to dial; repeatable."
+    ),
+    network: str = typer.Option("p2prl", "--network", help="Network id."),
+    key: Path | None = typer.Option(None, "--key", help="Identity key file (default: a throwaway identity)."),
+    wait: float = typer.Option(1.0, "--wait", help="Seconds to listen after dialing."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Start a short-lived host, dial the given peers and list who it sees."""
+    from p2prl.net.config import NetConfig
+    from p2prl.net.node import P2PNode
+    from p2prl.net.store import BlobStore
+
+    errors: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="p2prl-peers-") as tmp:
+        node = P2PNode(_identity(key), network, BlobStore(tmp), NetConfig())
+        with node:
+            for addr in connect:
+                try:
+                    node.connect(addr)
+                except Exception as e:
+                    errors[addr] = repr(e)
+            time.sleep(wait)
+            seen = node.peers()
+    info = {
+        "peer_id": node.peer_id,
+        "addrs": node.addrs,
+        "peers": [{"peer_id": p.peer_id, "addrs": list(p.addrs), "connected": p.connected} for p in seen],
+        "errors": errors,
+    }
+    if as_json:
+        typer.echo(json.dumps(info, indent=1))
+    else:
+        typer.echo(f"we are {node.peer_id}")
+        for p in seen:
+            typer.echo(f"{'connected' if p.connected else 'known    '}  {p.peer_id}  {' '.join(p.addrs)}")
+        for addr, err in errors.items():
+            typer.echo(f"failed     {addr}: {err}", err=True)
+    if connect and len(errors) == len(connect):
+        raise typer.Exit(1)
+
+
+def _load_ref(blob_id: str, manifest: Path, network: str | None) -> Any:
+    """A BlobRef from a signed envelope (verified; needs the network id) or a JSON ref/body."""
+    from p2prl.crypto.envelope import MAGIC
+    from p2prl.protocol.blobs import BlobRef
+    from p2prl.protocol.messages import decode_message
+
+    raw = manifest.read_bytes()
+    if raw[:4] == MAGIC:
+        if not network:
+            raise ValueError("a signed manifest is verified against its network: pass --network")
+        _, msg = decode_message(raw, network)
+        ref = getattr(msg, "blob", None)
+        if ref is None:
+            raise ValueError(f"a {type(msg).__name__} names no blob")
+    else:
+        body = json.loads(raw)
+        ref = BlobRef.from_body(body.get("blob", body) if isinstance(body, dict) else body)
+    if ref.id != blob_id:
+        raise ValueError(f"manifest names blob {ref.id[:16]}…, not {blob_id[:16]}…")
+    return ref
+
+
+@blob_app.command("get")
+def blob_get(
+    blob_id: str = typer.Argument(..., help="sha256 of the blob (hex)."),
+    manifest: Path = typer.Option(
+        ..., "--manifest", "-m", help="Signed manifest/announcement, or a JSON BlobRef."
+    ),
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write the verified blob."),
+    peer: list[str] = typer.Option(
+        [], "--peer", "-p", help="Multiaddr of a peer that may hold it; repeatable."
+    ),
+    network: str | None = typer.Option(None, "--network", help="Network id (needed for a signed manifest)."),
+    s3_endpoint: str | None = typer.Option(None, "--s3-endpoint", help="S3 endpoint URL for the fallback."),
+    s3_bucket: str | None = typer.Option(None, "--s3-bucket", help="S3 bucket (enables the fallback)."),
+    s3_prefix: str = typer.Option("", "--s3-prefix", help="Key prefix inside the bucket."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Give up after this many seconds."),
+    key: Path | None = typer.Option(None, "--key", help="Identity key file (default: a throwaway identity)."),
+) -> None:
+    """Fetch a blob from peers (S3 as fallback), verifying every chunk, and write it to OUT."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+    from p2prl.net.config import NetConfig
+    from p2prl.net.node import P2PNode
+    from p2prl.net.s3 import S3Config
+    from p2prl.net.store import BlobStore
+
+    try:
+        ref = _load_ref(blob_id, manifest, network)
+    except Exception as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from e
+    s3 = S3Config(bucket=s3_bucket, endpoint_url=s3_endpoint, prefix=s3_prefix) if s3_bucket else None
+    with tempfile.TemporaryDirectory(prefix="p2prl-blob-") as tmp:
+        node = P2PNode(
+            _identity(key),
+            network or "p2prl",
+            BlobStore(tmp, max_bytes=max(ref.size * 2, 1 << 20)),
+            NetConfig(s3=s3),
+        )
+        with node:
+            for addr in peer:
+                try:
+                    node.connect(addr)
+                except Exception as e:
+                    typer.echo(f"warning: could not dial {addr}: {e!r}", err=True)
+            with Progress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                transient=False,
+            ) as bar:
+                task = bar.add_task(f"blob {blob_id[:12]}", total=ref.size)
+                try:
+                    path = node.fetch(
+                        ref, timeout=timeout, on_progress=lambda done, total: bar.update(task, completed=done)
+                    )
+                except Exception as e:
+                    typer.echo(f"error: {e}", err=True)
+                    raise typer.Exit(1) from e
+                bar.update(task, completed=ref.size)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, out)
+    typer.echo(f"wrote {out} ({ref.size} bytes, sha256 verified)")
+
+
+def bench_fanout(
+    n_peers: int = typer.Option(8, "--peers", help="Peers fetching the blob (separate processes)."),
+    size_mib: int = typer.Option(64, "--size-mib", help="Blob size in MiB."),
+    chunk_kib: int = typer.Option(1024, "--chunk-kib", help="Chunk size in KiB."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Benchmark swarm fan-out of one blob from a publisher to N peers on loopback."""
+    from p2prl.net.bench import run_fanout
+
+    res = run_fanout(n_peers, size_mib, chunk_kib)
+    if as_json:
+        typer.echo(json.dumps(res, indent=1))
+    else:
+        for k, v in res.items():
+            typer.echo(f"{k:24} {v}")
+    if not res["all_verified"]:
+        raise typer.Exit(1)

@@ -1,7 +1,232 @@
-"""``p2prl node|network|demo|dashboard`` (placeholder until the node lands)."""
+"""``p2prl node``, ``p2prl network init|show``, ``p2prl demo`` and ``p2prl dashboard``.
+
+The ``node`` command's options are generated from :class:`p2prl.node.config.NodeConfig`, so flags,
+TOML keys, environment variables and the docs always name the same settings.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
 
 import typer
+
+from p2prl.node.config import ENV_PREFIX, ConfigError, NodeConfig, load_config
+
+network_app = typer.Typer(help="Create and inspect a network's genesis document.", no_args_is_help=True)
+
+
+def _option_for(f: Any) -> tuple[Any, Any]:
+    """(annotation, typer.Option) for a NodeConfig field; every default is None = 'not given'."""
+    flag = "--" + f.name.replace("_", "-")
+    env_note = f" (env {ENV_PREFIX}{f.name.upper()})"
+    default = NodeConfig()
+    value = getattr(default, f.name)
+    help_text = f.metadata.get("help", "") + env_note
+    if f.name in ("network", "key_file", "model_cache"):
+        return Path | None, typer.Option(None, flag, help=help_text, show_default=False)
+    if isinstance(value, bool):
+        return (
+            bool | None,
+            typer.Option(
+                None, f"{flag}/--no-{flag[2:]}", help=help_text + f" (default {value})", show_default=False
+            ),
+        )
+    if isinstance(value, list):
+        return list[str] | None, typer.Option(
+            None, flag, help=help_text + " (repeatable)", show_default=False
+        )
+    shown = value if value != "" else "none"
+    return type(value) | None, typer.Option(
+        None, flag, help=help_text + f" (default {shown})", show_default=False
+    )
+
+
+def node(config: Path | None = None, **flags: Any) -> None:
+    """Run one node (trainer, miner or validator) until SIGINT/SIGTERM.
+
+    Settings come from defaults, then --config TOML, then P2PRL_* environment variables, then flags.
+    """
+    try:
+        cfg = load_config(config_file=config, overrides=flags)
+    except ConfigError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
+    from p2prl.node.runtime import NodeStartError, run_node
+
+    try:
+        run_node(cfg)
+    except NodeStartError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from e
+
+
+def _node_signature() -> inspect.Signature:
+    params = [
+        inspect.Parameter(
+            "config",
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=Path | None,
+            default=typer.Option(
+                None,
+                "--config",
+                help=f"TOML file of settings (same names as the flags) (env {ENV_PREFIX}CONFIG).",
+            ),
+        )
+    ]
+    for f in fields(NodeConfig):
+        ann, opt = _option_for(f)
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=ann, default=opt))
+    return inspect.Signature(params)
+
+
+node.__signature__ = _node_signature()  # type: ignore[attr-defined]
+
+
+@network_app.command("init")
+def network_init(
+    out: Path = typer.Option(Path("genesis.json"), "--out", "-o", help="Where to write the genesis file."),
+    key: Path = typer.Option(
+        Path("p2prl-data/node.key"), "--key", help="The trainer's key file (created if missing)."
+    ),
+    network_id: str = typer.Option(
+        "p2prl-net", "--network-id", help="Network id (signed into every envelope)."
+    ),
+    task: str = typer.Option("addition", "--task", help="Task id (see p2prl.rl.tasks)."),
+    model_cache: Path = typer.Option(
+        Path("p2prl-data/model"), "--model-cache", help="Where the default base model is built/cached."
+    ),
+    validator: list[str] = typer.Option(
+        [], "--validator", help="Validator public key (hex) or key file; repeatable."
+    ),
+    bootstrap: list[str] = typer.Option(
+        [], "--bootstrap", help="Bootstrap multiaddr (…/p2p/<id>); repeatable."
+    ),
+    s3_endpoint: str = typer.Option("", "--s3-endpoint", help="S3 endpoint URL (empty: AWS)."),
+    s3_bucket: str = typer.Option("", "--s3-bucket", help="S3 bucket for the mirror/fallback (empty: none)."),
+    s3_prefix: str = typer.Option("", "--s3-prefix", help="Key prefix inside the bucket."),
+    anchor_interval: int = typer.Option(10, "--anchor-interval", help="A full checkpoint every N versions."),
+    chunk_size: int = typer.Option(1024 * 1024, "--chunk-size", help="Blob chunk size in bytes."),
+    max_staleness: int = typer.Option(
+        4, "--max-staleness", help="Oldest usable rollout, in versions behind."
+    ),
+    max_new_tokens: int = typer.Option(8, "--max-new-tokens", help="Completion length bound."),
+    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass."),
+    group_size: int = typer.Option(8, "--group-size", help="Completions per prompt (a GRPO group)."),
+    groups_per_batch: int = typer.Option(8, "--groups-per-batch", help="Prompts per announced batch."),
+) -> None:
+    """Write a trainer-signed genesis file (the trainer key signs; its public key is pinned by every node)."""
+    from p2prl.node.netinit import NetworkSpec, init_network
+
+    spec = NetworkSpec(
+        network_id=network_id,
+        task=task,
+        validators=list(validator),
+        bootstrap=list(bootstrap),
+        s3_endpoint=s3_endpoint,
+        s3_bucket=s3_bucket,
+        s3_prefix=s3_prefix,
+        anchor_interval=anchor_interval,
+        chunk_size=chunk_size,
+        max_staleness=max_staleness,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        group_size=group_size,
+        groups_per_batch=groups_per_batch,
+    )
+    try:
+        sg = init_network(spec, key_path=key, model_cache=model_cache, out=out)
+    except (ValueError, OSError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from e
+    typer.echo(f"wrote {out}\nnetwork {sg.network_id}\ntrainer {sg.genesis.trainer}")
+
+
+@network_app.command("show")
+def network_show(
+    path: Path = typer.Argument(Path("genesis.json"), help="Genesis file."),
+    trainer_key: str = typer.Option("", "--trainer-key", help="Also require this trainer public key (hex)."),
+) -> None:
+    """Verify a genesis file and print its contents."""
+    from p2prl.node.genesis import GenesisError, read_genesis
+
+    try:
+        sg = read_genesis(path, trainer_key)
+    except GenesisError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from e
+    typer.echo(json.dumps({"digest": sg.digest, **sg.genesis.to_body()}, indent=1, sort_keys=True))
+
+
+def demo(
+    duration: float | None = typer.Option(
+        None, "--duration", help="Run headless for this many seconds, then stop and summarize."
+    ),
+    summary_json: Path | None = typer.Option(
+        None, "--summary-json", help="Write the run's summary here (versions, hashes, rollouts, reward)."
+    ),
+    dishonest_miner: bool = typer.Option(
+        False, "--dishonest-miner", help="Run one miner with perturbed weights (it must be rejected)."
+    ),
+    miners: int = typer.Option(2, "--miners", help="Number of miners."),
+    workdir: Path | None = typer.Option(
+        None, "--dir", help="Working directory (default: a fresh temporary one; an existing one resumes)."
+    ),
+    keep: bool = typer.Option(False, "--keep", help="Keep the temporary working directory."),
+    headless: bool = typer.Option(False, "--headless", help="No dashboard even without --duration."),
+) -> None:
+    """Start a whole network on 127.0.0.1 (local S3, trainer, validator, miners) on the default tiny model.
+
+    With --duration it runs headless and prints a summary; otherwise it shows the dashboard until Ctrl-C.
+    """
+    from p2prl.node.demo import DemoOptions, run_demo
+
+    opts = DemoOptions(
+        duration=duration,
+        summary_json=summary_json,
+        dishonest_miner=dishonest_miner,
+        miners=miners,
+        workdir=workdir,
+        keep=keep,
+        dashboard=duration is None and not headless,
+    )
+    summary = run_demo(opts)
+    if summary is not None:
+        typer.echo(json.dumps(summary, indent=1))
+        if summary.get("error"):
+            raise typer.Exit(1)
+
+
+def dashboard(
+    node_url: list[str] = typer.Option(
+        [], "--node", help="Status URL of a node (http://127.0.0.1:PORT); repeatable."
+    ),
+    interval: float = typer.Option(1.0, "--interval", help="Seconds between refreshes."),
+    once: bool = typer.Option(False, "--once", help="Print one frame and exit."),
+) -> None:
+    """Live view of running nodes: versions vs the trainer, sync, patches, peers, rollouts, scores, reward."""
+    if not node_url:
+        typer.echo("error: give at least one --node URL", err=True)
+        raise typer.Exit(2)
+    from rich.console import Console
+
+    from p2prl.dashboard.live import poll, run_dashboard
+    from p2prl.dashboard.view import render
+
+    if once:
+        Console().print(render(poll(node_url)))
+        return
+    run_dashboard(node_url, interval=interval)
 
 
 def register(app: typer.Typer) -> None:
     """Add the node's commands to the root app."""
+    app.command("node", no_args_is_help=False)(node)
+    app.add_typer(network_app, name="network")
+    app.command("demo")(demo)
+    app.command("dashboard")(dashboard)

@@ -1,8 +1,51 @@
-"""Proof benchmark (placeholder until the proof layer lands)."""
+"""``p2prl bench proof``: acceptance rates of honest and dishonest miners, and the proof's costs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
 
 import typer
 
 
-def bench_proof() -> None:
-    """Acceptance rates of honest and dishonest miners."""
-    raise typer.Exit(2)
+def bench_proof(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    rollouts: int = typer.Option(200, "--rollouts", min=8, help="Rollouts per case and model."),
+    models: str = typer.Option(
+        "tiny,big", "--models", help="Comma list of: tiny (default model), big (~24M)."
+    ),
+    lr: float = typer.Option(3e-6, "--lr", help="AdamW learning rate of the versions behind stale_k*."),
+    cache_dir: Path = typer.Option(
+        Path(os.environ.get("P2PRL_CACHE", Path.home() / ".cache" / "p2prl")),
+        "--cache-dir",
+        help="Where the default model is built (env P2PRL_CACHE).",
+    ),
+) -> None:
+    """Acceptance of honest and dishonest miners on two model configurations."""
+    from p2prl.proof.bench import run
+
+    which = tuple(m.strip() for m in models.split(",") if m.strip())
+    if not which or set(which) - {"tiny", "big"}:
+        raise typer.BadParameter("models must be a comma list of tiny, big")
+
+    def log(msg: str) -> None:
+        if not as_json:
+            typer.echo(msg)
+
+    result = run(cache_dir, rollouts, which, lr, log=log)
+    if as_json:
+        typer.echo(json.dumps(result, sort_keys=True, default=float))
+        return
+    typer.echo(f"\n{'case':22s} {'n':>6s} {'accepted':>9s} {'rate':>7s}")
+    for c in result["cases"]:
+        rate = c["accepted"] / c["n"] if c["n"] else 0.0
+        typer.echo(f"{c['case']:22s} {c['n']:6d} {c['accepted']:9d} {rate:7.1%}")
+    for name, m in result["models"].items():
+        ratio = m["verify_seconds_per_rollout"] / m["generate_seconds_per_rollout"]
+        typer.echo(
+            f"{name}: verify {m['verify_seconds_per_rollout'] * 1e3:.2f} ms/rollout, generate "
+            f"{m['generate_seconds_per_rollout'] * 1e3:.2f} ms/rollout (ratio {ratio:.0%}), "
+            f"blob {m['blob_bytes_per_token']:.1f} B/token"
+        )
+    typer.echo(f"commitment: {result['commitment_bytes_per_token']} bytes per token")

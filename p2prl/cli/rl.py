@@ -1,8 +1,102 @@
-"""``p2prl train-local`` (placeholder until the RL core lands)."""
+"""``p2prl train-local``: the whole learning loop in one process, with a live view or one JSON line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
 
 import typer
 
+_BARS = "▁▂▃▄▅▆▇█"
 
-def train_local() -> None:
+
+def _sparkline(values: list[float], width: int = 60) -> str:
+    if not values:
+        return ""
+    step = max(1, len(values) // width)
+    pts = [sum(values[i : i + step]) / len(values[i : i + step]) for i in range(0, len(values), step)]
+    return "".join(_BARS[min(len(_BARS) - 1, int(max(0.0, min(1.0, v)) * len(_BARS)))] for v in pts[-width:])
+
+
+def train_local(
+    minutes: float = typer.Option(5.0, "--minutes", help="Wall-clock budget."),
+    steps: int = typer.Option(0, "--steps", help="Stop after this many steps (0: no limit)."),
+    json_out: bool = typer.Option(False, "--json", help="Headless: print one JSON summary object."),
+    lr: float = typer.Option(None, "--lr", help="Learning rate (default: p2prl.rl.local.DEFAULT_LR)."),
+    seed: int = typer.Option(0, "--seed", help="Run seed (prompts and sampling)."),
+    prompts: int = typer.Option(32, "--prompts", help="Prompts (groups) per step."),
+    samples: int = typer.Option(8, "--samples", help="Completions per prompt."),
+    eval_every: int = typer.Option(
+        0, "--eval-every", help="Greedy evaluation every N steps (0: start and end)."
+    ),
+    cache_dir: Path = typer.Option(None, "--cache-dir", help="Where the default model is built/cached."),
+    history: bool = typer.Option(False, "--history", help="With --json: include per-step records."),
+) -> None:
     """Run generation, reward, replay buffer and GRPO in one process."""
-    raise typer.Exit(2)
+    import torch
+
+    from p2prl.rl.local import DEFAULT_LR, LocalConfig, default_cache_dir
+    from p2prl.rl.local import train_local as run
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    cfg = LocalConfig(
+        minutes=minutes,
+        max_steps=steps or None,
+        lr=DEFAULT_LR if lr is None else lr,
+        seed=seed,
+        prompts_per_step=prompts,
+        samples_per_prompt=samples,
+        eval_every=eval_every,
+        cache_dir=cache_dir or default_cache_dir(),
+    )
+    if json_out:
+        summary = run(cfg)
+        if not history:
+            summary.pop("history")
+        typer.echo(json.dumps(summary, sort_keys=True))
+        return
+    _live(cfg, run)
+
+
+def _live(cfg: Any, run: Any) -> None:
+    from rich.console import Console, Group
+    from rich.live import Live
+    from rich.table import Table
+    from rich.text import Text
+
+    rewards: list[float] = []
+    last: dict[str, Any] = {}
+
+    def render() -> Group:
+        t = Table(title="p2prl train-local", show_header=False)
+        t.add_row("step", str(last.get("step", 0)))
+        t.add_row("elapsed", f"{last.get('elapsed_s', 0.0):.0f} s / {cfg.minutes * 60:.0f} s")
+        t.add_row("reward (this version)", f"{last.get('reward', 0.0):.3f}")
+        if rewards:
+            k = rewards[-20:]
+            t.add_row("reward (last 20 steps)", f"{sum(k) / len(k):.3f}")
+        if "greedy" in last:
+            t.add_row("greedy success", f"{last['greedy']:.3f}")
+        t.add_row("bf16 changed fraction", f"{last.get('changed_fraction', 0.0):.4f}")
+        t.add_row(
+            "clip fraction / grad norm",
+            f"{last.get('clip_frac', 0.0):.3f} / {last.get('grad_norm', 0.0):.3f}",
+        )
+        return Group(t, Text("reward over time  " + _sparkline(rewards)))
+
+    console = Console()
+    console.print("building/loading the default model…")
+    with Live(render(), console=console, refresh_per_second=4) as live:
+
+        def on_step(rec: dict[str, Any]) -> None:
+            rewards.append(rec["reward"])
+            last.update(rec)
+            live.update(render())
+
+        summary = run(cfg, on_step=on_step)
+    console.print(
+        f"reward {summary['reward_first']:.3f} → {summary['reward_last_10pct']:.3f} (last 10% of steps); "
+        f"greedy {summary['greedy_first']:.3f} → {summary['greedy_last']:.3f}; {summary['steps']} steps; "
+        f"changed fraction mean {summary['changed_fraction_mean']:.4f}"
+    )

@@ -62,8 +62,16 @@ class Task:
         raise NotImplementedError
 
 
+def _operand(length_draw: int, value_draw: int, digits: int) -> int:
+    n = 1 + length_draw % digits
+    lo = 0 if n == 1 else 10 ** (n - 1)
+    return lo + value_draw % (10**n - lo)
+
+
 class AdditionTask(Task):
-    """``"12+345="`` → ``"357"``: operands uniform in ``[0, 10**digits)``; the completion must be the sum exactly."""
+    """``"12+34="`` → ``"46"``: each operand has a length drawn uniformly from ``1..digits``, then its
+    digits uniformly (a leading digit nonzero unless it is a one-digit number), so the task mixes easy
+    one-digit facts with carries over several digits; the completion must be the sum exactly."""
 
     name = "addition"
 
@@ -73,8 +81,8 @@ class AdditionTask(Task):
         self.digits = digits
 
     def problem(self, seed: bytes) -> Problem:
-        x, y = _seed_ints(seed, 2)
-        a, b = x % 10**self.digits, y % 10**self.digits
+        la, lb, x, y = _seed_ints(seed, 4)
+        a, b = _operand(la, x, self.digits), _operand(lb, y, self.digits)
         return Problem(prompt=f"{a}+{b}=", answer=str(a + b), meta={"a": a, "b": b})
 
     def reward(self, problem: Problem, completion: str) -> float:
@@ -128,7 +136,7 @@ class GSM8KTask(Task):
             ans = parse_final_answer(str(rec["answer"]))
             if ans is None:
                 raise ValueError(f"record {i}: answer has no final number")
-            self.records.append((str(rec["question"]), str(ans.normalize())))
+            self.records.append((str(rec["question"]), format(ans.normalize(), "f")))
         if not self.records:
             raise ValueError("no records")
 

@@ -1,0 +1,48 @@
+"""Polls node status endpoints and redraws the view until interrupted."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+
+from p2prl.dashboard.view import render
+from p2prl.node.http import fetch_status
+
+
+def poll(urls: list[str], timeout: float = 2.0) -> list[tuple[str, dict[str, Any] | None, str]]:
+    """Fetch every node's status in parallel; an unreachable node yields (url, None, error)."""
+
+    def one(url: str) -> tuple[str, dict[str, Any] | None, str]:
+        try:
+            return url, fetch_status(url, timeout=timeout), ""
+        except (OSError, ValueError) as e:
+            return url, None, str(e)
+
+    if not urls:
+        return []
+    with ThreadPoolExecutor(max_workers=min(8, len(urls))) as ex:
+        return list(ex.map(one, urls))
+
+
+def run_dashboard(
+    urls: list[str] | Callable[[], list[str]],
+    *,
+    interval: float = 1.0,
+    stop: threading.Event | None = None,
+    console: Console | None = None,
+) -> None:
+    """Redraw every ``interval`` seconds until ``stop`` is set or Ctrl-C."""
+    stop = stop or threading.Event()
+    get_urls = urls if callable(urls) else (lambda: urls)
+    console = console or Console()
+    try:
+        with Live(render(poll(get_urls())), console=console, refresh_per_second=4, screen=False) as live:
+            while not stop.wait(interval):
+                live.update(render(poll(get_urls())))
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,176 @@
+"""Rendering of node statuses (the JSON of ``/status``) into rich tables; pure, so it is testable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+SPARK = "▁▂▃▄▅▆▇█"
+Status = dict[str, Any]
+
+
+def sparkline(values: list[float], width: int = 48) -> str:
+    """A one-line chart of ``values`` (the newest ``width`` of them), scaled to their range."""
+    vals = values[-width:]
+    if not vals:
+        return ""
+    lo, hi = min(vals), max(vals)
+    span = hi - lo or 1.0
+    return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / span * (len(SPARK) - 1) + 0.5))] for v in vals)
+
+
+def reward_series(statuses: list[Status]) -> list[tuple[int, float, int]]:
+    """(version, mean reward, count) from the trainer's status, else merged from all nodes."""
+    src = [s for s in statuses if s.get("role") == "trainer" and s.get("reward_by_version")]
+    if not src:
+        src = [s for s in statuses if s.get("reward_by_version")]
+    merged: dict[int, list[float]] = {}
+    for s in src:
+        for v, r in s.get("reward_by_version", {}).items():
+            m = merged.setdefault(int(v), [0.0, 0])
+            m[0] += float(r["mean"]) * int(r["count"])
+            m[1] += int(r["count"])
+    return [(v, m[0] / m[1], int(m[1])) for v, m in sorted(merged.items()) if m[1]]
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _trainer_version(statuses: list[Status]) -> int:
+    tv = [int(s.get("version", 0)) for s in statuses if s.get("role") == "trainer"]
+    if tv:
+        return max(tv)
+    return max((int(s.get("trainer_version", 0)) for s in statuses), default=0)
+
+
+def nodes_table(nodes: list[tuple[str, Status | None, str]]) -> Table:
+    statuses = [s for _, s, _ in nodes if s]
+    tv = _trainer_version(statuses)
+    t = Table(title=f"nodes (trainer at version {tv}; rollout counts are groups)", expand=True)
+    cols = (
+        "node",
+        "role",
+        "version",
+        "lag",
+        "sync",
+        "peers",
+        "patch",
+        "apply",
+        "produced",
+        "accepted",
+        "rejected",
+    )
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("node", "role", "sync") else "right")
+    for url, s, err in nodes:
+        if s is None:
+            t.add_row(url, "?", "-", "-", Text(f"unreachable: {err}"[:40], style="red"), *["-"] * 6)
+            continue
+        c, g = s.get("counters", {}), s.get("gauges", {})
+        lag = max(0, tv - int(s.get("version", 0)))
+        lag_style = "green" if lag == 0 else ("yellow" if lag <= 2 else "red")
+        state = str(s.get("sync_state", ""))
+        t.add_row(
+            f"{s.get('key', '')[:10]} {url.rsplit(':', 1)[-1]}",
+            str(s.get("role", "?")),
+            str(s.get("version", 0)),
+            Text(str(lag), style=lag_style),
+            state,
+            str(s.get("peers", 0)),
+            _fmt_bytes(g.get("patch_last_bytes", 0)) if "patch_last_bytes" in g else "-",
+            f"{g['patch_apply_ms']:.0f} ms" if "patch_apply_ms" in g else "-",
+            str(c.get("groups_produced", 0)),
+            str(c.get("groups_accepted", c.get("groups_consumed", 0))),
+            str(c.get("groups_rejected", 0)),
+        )
+    return t
+
+
+def transfers_table(statuses: list[Status]) -> Table | None:
+    rows = []
+    for s in statuses:
+        for blob, p in s.get("transfers", {}).items():
+            total = max(1, int(p.get("total", 1)))
+            frac = min(1.0, int(p.get("done", 0)) / total)
+            bar = "█" * int(frac * 20) + "░" * (20 - int(frac * 20))
+            rows.append(
+                (
+                    f"{s.get('role', '?')} {s.get('key', '')[:8]}",
+                    blob[:12],
+                    bar,
+                    f"{frac:.0%} of {_fmt_bytes(total)}",
+                )
+            )
+    if not rows:
+        return None
+    t = Table(title="transfers", expand=True)
+    for col in ("node", "blob", "progress", ""):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+def rejections_table(statuses: list[Status]) -> Table | None:
+    reasons: dict[str, int] = {}
+    for s in statuses:
+        if s.get("role") != "validator":
+            continue
+        for reason, n in s.get("labelled", {}).get("rejected", {}).items():
+            reasons[reason] = reasons.get(reason, 0) + int(n)
+    if not reasons:
+        return None
+    t = Table(title="rejected rollout groups by reason (validators)")
+    t.add_column("reason")
+    t.add_column("groups", justify="right")
+    for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        t.add_row(reason, str(n))
+    return t
+
+
+def scores_table(statuses: list[Status]) -> Table | None:
+    rows = []
+    for s in statuses:
+        if s.get("role") == "validator":
+            for miner, score in s.get("scores", {}).items():
+                rows.append((s.get("key", "")[:10], miner[:16], int(score)))
+    if not rows:
+        return None
+    t = Table(title="per-miner scores (validator window)")
+    for col in ("validator", "miner", "score"):
+        t.add_column(col, justify="right" if col == "score" else "left")
+    for v, m, sc in sorted(rows, key=lambda r: (r[0], -r[2])):
+        t.add_row(v, m, Text(str(sc), style="green" if sc > 0 else "red"))
+    return t
+
+
+def reward_panel(statuses: list[Status]) -> Panel:
+    series = reward_series(statuses)
+    if not series:
+        return Panel("no rewards recorded yet", title="mean task reward over versions")
+    means = [m for _, m, _ in series]
+    first_v, first_m, _ = series[0]
+    last_v, last_m, _ = series[-1]
+    body = Text()
+    body.append(sparkline(means) + "\n", style="cyan")
+    body.append(f"v{first_v}: {first_m:.3f}  →  v{last_v}: {last_m:.3f}   ({len(series)} versions)")
+    return Panel(body, title="mean task reward over versions")
+
+
+def render(nodes: list[tuple[str, Status | None, str]]) -> Group:
+    """The whole view for ``nodes`` = [(url, status or None, error text)]."""
+    statuses = [s for _, s, _ in nodes if s]
+    parts: list[Any] = [nodes_table(nodes), reward_panel(statuses)]
+    for extra in (scores_table(statuses), rejections_table(statuses), transfers_table(statuses)):
+        if extra is not None:
+            parts.append(extra)
+    return Group(*parts)

@@ -1,0 +1,44 @@
+"""Settings of the network layer: where to listen, whom to dial, and every bound a peer can push on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from p2prl.net.s3 import S3Config
+from p2prl.protocol.messages import MAX_ENVELOPE_BYTES
+
+
+@dataclass
+class Limits:
+    """Bounds on what peers can make us hold or do; every one is counted when it bites."""
+
+    max_msg_bytes: int = MAX_ENVELOPE_BYTES  # gossip payload; libp2p itself kills streams above 1 MiB
+    peer_msgs_per_s: float = 50.0  # gossip messages a single forwarder may send us (token bucket)
+    peer_msg_burst: int = 200
+    max_invalid_per_peer: int = 50  # invalid gossip messages before the forwarder is banned
+    incoming_queue: int = 4096  # verified messages waiting for poll()
+    publish_queue: int = 1024  # our envelopes waiting to be paced out
+    publish_per_s: float = 100.0  # pacing of our own publishes (libp2p's peer queues are 32 deep)
+    topic_msgs_per_s: float = 1000.0  # gossipsub's own per-forwarder, per-topic limit (default 10/s)
+    replay_window_s: float = 600.0
+    replay_capacity: int = 65536
+    max_serving_streams: int = 64  # concurrent inbound chunk streams
+    max_partial_bytes: int = 16 * 1024**3  # partial downloads kept on disk for resumption
+    max_providers: int = 16  # peers one download pulls from at once
+
+
+@dataclass
+class NetConfig:
+    listen: str = "/ip4/127.0.0.1/tcp/0"
+    bootstrap: list[str] = field(default_factory=list)
+    limits: Limits = field(default_factory=Limits)
+    stream_timeout_s: float = 10.0  # every single stream operation (open, read, write)
+    chunk_timeout_s: float = 10.0  # one chunk request, end to end
+    s3_after_s: float = 3.0  # no peer progress for this long: take missing chunks from S3
+    superseed: bool = False  # publishers: k-th upload of a chunk only k-1 cooldowns after the first
+    superseed_cooldown_s: float = 10.0
+    gossip_degree: int = 6
+    gossip_heartbeat_s: int = 1
+    s3: S3Config | None = None
+    # envelope type -> signer public keys allowed to sign it; types not listed are unrestricted
+    allowed_signers: dict[str, set[bytes]] | None = None

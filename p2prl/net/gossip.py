@@ -1,0 +1,158 @@
+"""The checks every gossip message passes before the node sees it (and before we forward it).
+
+Order: ban list, size (before any parsing), per-forwarder rate, envelope signature and schema
+(``decode_message``), topic/type match, signer allow-list, replay window and duplicate digest.
+A failing message is dropped, counted under its reason, and not forwarded; a forwarder that keeps
+sending invalid messages is banned. Runs inside libp2p's validator hook, so it must be fast and
+must never raise.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from p2prl.crypto.envelope import Envelope, EnvelopeError
+from p2prl.crypto.replay import ReplayGuard
+from p2prl.net.config import Limits
+from p2prl.net.counters import Counters
+from p2prl.net.topics import TOPIC_TYPES, kind_of
+from p2prl.protocol.fields import MessageError
+from p2prl.protocol.messages import decode_message
+
+log = logging.getLogger(__name__)
+
+# reasons that say the forwarder sent garbage (counted towards a ban); the others can be innocent
+_STRIKE_REASONS = frozenset(
+    {
+        "oversized",
+        "bad_magic",
+        "truncated",
+        "trailing_bytes",
+        "bad_type",
+        "bad_signature",
+        "bad_body",
+        "unknown_type",
+        "malformed",
+        "wrong_topic",
+        "not_ours",
+        "schema",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A verified gossip message: the envelope, its parsed body, and who handed it to us."""
+
+    topic: str
+    envelope: Envelope
+    message: Any
+    from_peer: str  # the forwarding peer (base58)
+    origin: str  # the peer that published it (base58)
+
+
+class TokenBuckets:
+    """Per-key token buckets with a bounded number of keys (oldest forgotten first)."""
+
+    def __init__(self, rate: float, burst: int, max_keys: int = 4096) -> None:
+        self.rate = rate
+        self.burst = float(burst)
+        self.max_keys = max_keys
+        self._b: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def allow(self, key: str, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        tokens, last = self._b.pop(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        ok = tokens >= 1.0
+        self._b[key] = (tokens - 1.0 if ok else tokens, now)
+        while len(self._b) > self.max_keys:
+            self._b.popitem(last=False)
+        return ok
+
+
+class GossipFilter:
+    def __init__(
+        self,
+        network_id: str,
+        limits: Limits,
+        counters: Counters,
+        deliver: Callable[[Incoming], bool],
+        ban: Callable[[str, str], None],
+        allowed_signers: dict[str, set[bytes]] | None = None,
+    ) -> None:
+        self.network_id = network_id
+        self.limits = limits
+        self.counters = counters
+        self.deliver = deliver
+        self.ban = ban
+        self.allowed_signers = allowed_signers or {}
+        self.replay = ReplayGuard(max_age_s=limits.replay_window_s, capacity=limits.replay_capacity)
+        self.buckets = TokenBuckets(limits.peer_msgs_per_s, limits.peer_msg_burst)
+        self.strikes: dict[str, int] = {}
+        self.banned: set[str] = set()
+
+    def drop(self, reason: str, forwarder: str, detail: str = "") -> bool:
+        self.counters.add(f"dropped.{reason}")
+        self.counters.add("dropped")
+        lvl = logging.DEBUG if reason in ("replayed", "rate_limited", "banned") else logging.WARNING
+        log.log(lvl, "dropped gossip from %s: %s %s", forwarder[-8:], reason, detail)
+        if reason in _STRIKE_REASONS and forwarder not in self.banned:
+            n = self.strikes.get(forwarder, 0) + 1
+            self.strikes[forwarder] = n
+            if n >= self.limits.max_invalid_per_peer:
+                self.ban(forwarder, f"{n} invalid gossip messages")
+        return False
+
+    def note_own(self, data: bytes) -> None:
+        """Remember an envelope we publish, so an echo of it is a duplicate."""
+        try:
+            env, _ = decode_message(data, self.network_id)
+            self.replay.check(env)
+        except (EnvelopeError, MessageError):
+            pass
+
+    def check(self, topic_name: str, data: bytes, forwarder: str, origin: str) -> bool:
+        """True: deliver and forward. False: dropped (and counted)."""
+        try:
+            return self._check(topic_name, data, forwarder, origin)
+        except Exception as e:  # a validator that raises would be swallowed by libp2p
+            log.exception("gossip check failed")
+            return self.drop("internal", forwarder, repr(e))
+
+    def _check(self, topic_name: str, data: bytes, forwarder: str, origin: str) -> bool:
+        if forwarder in self.banned or origin in self.banned:
+            return self.drop("banned", forwarder)
+        if len(data) > self.limits.max_msg_bytes:
+            return self.drop("oversized", forwarder, f"{len(data)} bytes")
+        if not self.buckets.allow(forwarder):
+            return self.drop("rate_limited", forwarder)
+        kind = kind_of(self.network_id, topic_name)
+        if kind is None:
+            return self.drop("not_ours", forwarder, topic_name)
+        try:
+            env, msg = decode_message(data, self.network_id)
+        except EnvelopeError as e:
+            return self.drop(e.reason, forwarder, str(e))
+        except MessageError as e:
+            return self.drop(e.reason, forwarder, str(e))
+        if env.type not in TOPIC_TYPES[kind]:
+            return self.drop("wrong_topic", forwarder, f"{env.type} on {kind}")
+        allowed = self.allowed_signers.get(env.type)
+        if allowed is not None and env.signer not in allowed:
+            return self.drop("unknown_signer", forwarder, env.signer_hex[:16])
+        try:
+            self.replay.check(env)
+        except EnvelopeError as e:
+            return self.drop(e.reason, forwarder)
+        self.counters.add("gossip_in")
+        if not self.deliver(Incoming(topic_name, env, msg, forwarder, origin)):
+            self.counters.add("dropped.queue_full")
+            self.counters.add("dropped")
+            log.warning("incoming queue full: dropped %s from %s", env.type, forwarder[-8:])
+        return True

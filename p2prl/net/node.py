@@ -1,0 +1,459 @@
+"""P2PNode: the synchronous, thread-safe face of the libp2p host (trio never leaves this module).
+
+The host (TCP + Noise + Yamux, GossipSub, the chunk protocol) runs in its own thread under
+``trio.run``; node code calls plain methods from any thread, which hop onto the trio thread with
+``trio.from_thread``. Incoming gossip is checked by ``GossipFilter`` inside libp2p's validator
+hook (so invalid messages are neither delivered nor forwarded) and queued for ``poll``.
+
+py-libp2p 0.8.1 quirks handled here (docs/NETWORK.md): its per-topic rate limit (10/s, own
+publishes included) is raised and replaced by our per-peer buckets; subscription buffers are
+drained at once; our publishes are paced because its 32-deep peer queues drop silently; each
+Pubsub leaks a sweeper thread unless ``seen_messages.stop()`` is called; exceptions inside stream
+handlers vanish, so handlers catch and log everything.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from p2prl.crypto.envelope import EnvelopeError
+from p2prl.crypto.keys import Identity
+from p2prl.net import chunkproto as cp
+from p2prl.net.config import NetConfig
+from p2prl.net.counters import Counters
+from p2prl.net.gossip import GossipFilter, Incoming
+from p2prl.net.identity import libp2p_key_pair, peer_id_for
+from p2prl.net.partial import PartialStore
+from p2prl.net.store import BlobStore
+from p2prl.net.swarm import ChunkServer, Download, FetchError
+from p2prl.net.topics import TOPIC_TYPES, kind_of
+from p2prl.protocol.blobs import BlobRef
+from p2prl.protocol.fields import MessageError
+from p2prl.protocol.messages import decode_message
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FetchError", "Incoming", "P2PNode", "PeerInfo", "PublishError"]
+
+
+class PublishError(ValueError):
+    """We refused to publish an envelope that peers would drop (too big, invalid, wrong topic)."""
+
+
+@dataclass(frozen=True)
+class PeerInfo:
+    peer_id: str
+    addrs: tuple[str, ...]
+    connected: bool
+    banned: bool
+
+
+class P2PNode:
+    def __init__(
+        self, identity: Identity, network_id: str, store: BlobStore, config: NetConfig | None = None
+    ) -> None:
+        self.identity = identity
+        self.network_id = network_id
+        self.store = store
+        self.config = config or NetConfig()
+        self.peer_id = peer_id_for(identity)
+        self.addrs: list[str] = []
+        self.counters = Counters()
+        self.partials = PartialStore(store, self.config.limits.max_partial_bytes)
+        self.s3: Any = None
+        if self.config.s3 is not None:
+            from p2prl.net.s3 import S3Mirror
+
+            self.s3 = S3Mirror(self.config.s3, network_id)
+        self._incoming: collections.deque[Incoming] = collections.deque()
+        self._cond = threading.Condition()
+        self._hints: dict[str, list[str]] = {}
+        self._topics: set[str] = set()
+        self._banned: set[str] = set()
+        self._downloads: dict[str, tuple[trio.Event, list[BaseException]]] = {}
+        self._filter = GossipFilter(
+            network_id,
+            self.config.limits,
+            self.counters,
+            self._deliver,
+            self.ban,
+            self.config.allowed_signers,
+        )
+        self._filter.banned = self._banned
+        self._thread: threading.Thread | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._host: Any = None
+        self._pubsub: Any = None
+        self._nursery: trio.Nursery | None = None
+        self._stop: trio.Event | None = None
+        self._pub_send: Any = None
+        self._server: ChunkServer | None = None
+
+    # ---------------------------------------------------------------- lifecycle (any thread)
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start the host thread; returns once it listens (raises if it could not)."""
+        if self._thread is not None:
+            raise RuntimeError("already started")
+        self._thread = threading.Thread(
+            target=self._thread_main, name=f"p2prl-net-{self.peer_id[-6:]}", daemon=True
+        )
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise RuntimeError("network host did not start in time")
+        if self._error is not None:
+            self._thread.join(5)
+            raise RuntimeError(f"network host failed to start: {self._error!r}") from self._error
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Shut the host down and join its thread; idempotent."""
+        if self._thread is None:
+            return
+        if self._token is not None and self._thread.is_alive():
+            try:
+                trio.from_thread.run_sync(self._request_stop, trio_token=self._token)
+            except (trio.RunFinishedError, RuntimeError):
+                pass
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("network thread did not stop within %.0f s", timeout)
+        self._thread = None
+        with self._cond:
+            self._cond.notify_all()
+
+    def __enter__(self) -> P2PNode:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _request_stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+
+    def _thread_main(self) -> None:
+        try:
+            trio.run(self._main)
+        except BaseException as e:
+            if not self._ready.is_set():
+                self._error = e
+            else:
+                log.exception("network thread crashed")
+        finally:
+            self._ready.set()
+
+    async def _main(self) -> None:
+        import multiaddr
+        from libp2p import new_host
+        from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
+        from libp2p.pubsub.pubsub import Pubsub
+        from libp2p.tools.anyio_service import background_trio_service
+
+        self._token = trio.lowlevel.current_trio_token()
+        self._stop = trio.Event()
+        cfg = self.config
+        host = new_host(
+            key_pair=libp2p_key_pair(self.identity), listen_addrs=[multiaddr.Multiaddr(cfg.listen)]
+        )
+        router = GossipSub(
+            protocols=[PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID],
+            degree=cfg.gossip_degree,
+            degree_low=max(1, cfg.gossip_degree - 2),
+            degree_high=cfg.gossip_degree * 2,
+            heartbeat_interval=cfg.gossip_heartbeat_s,
+            max_messages_per_topic_per_second=cfg.limits.topic_msgs_per_s,
+            eclipse_protection_enabled=False,  # needs >= 3 distinct IPs in a mesh: not on a LAN or loopback
+        )
+        pubsub = Pubsub(host, router, strict_signing=True)
+        self._host, self._pubsub = host, pubsub
+        self._server = ChunkServer(self, self.store, self.partials)
+        host.set_stream_handler(cp.PROTOCOL_ID, self._server.handle)
+        pub_send, pub_recv = trio.open_memory_channel[tuple[str, bytes]](cfg.limits.publish_queue)
+        self._pub_send = pub_send
+        try:
+            async with (
+                host.run(listen_addrs=[multiaddr.Multiaddr(cfg.listen)]),
+                background_trio_service(pubsub),
+                background_trio_service(router),
+            ):
+                await pubsub.wait_until_ready()
+                self.addrs = [str(a) for a in host.get_addrs()]
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    nursery.start_soon(self._publisher, pub_recv)
+                    for t in list(self._topics):
+                        await self._subscribe(t)
+                    nursery.start_soon(self._bootstrap_loop)
+                    self._ready.set()
+                    await self._stop.wait()
+                    nursery.cancel_scope.cancel()
+        finally:
+            self._nursery = None
+            pubsub.seen_messages.stop()  # its sweeper thread outlives the host otherwise
+            log.debug("network host %s stopped", self.peer_id[-8:])
+
+    def _call(self, afn: Any, *args: Any) -> Any:
+        if self._token is None or self._thread is None or not self._thread.is_alive():
+            raise RuntimeError("network node is not running")
+        return trio.from_thread.run(afn, *args, trio_token=self._token)
+
+    def _call_sync(self, fn: Any, *args: Any) -> Any:
+        if self._token is None or self._thread is None or not self._thread.is_alive():
+            raise RuntimeError("network node is not running")
+        return trio.from_thread.run_sync(fn, *args, trio_token=self._token)
+
+    # ---------------------------------------------------------------- peers
+
+    def connect(self, addr: str, timeout: float | None = None) -> None:
+        """Dial a full multiaddr (…/p2p/<peer id>); raises on failure."""
+        self._call(self._connect, addr, timeout or self.config.stream_timeout_s)
+
+    async def _connect(self, addr: str, timeout: float) -> None:
+        import multiaddr
+        from libp2p.peer.peerinfo import info_from_p2p_addr
+
+        info = info_from_p2p_addr(multiaddr.Multiaddr(addr))
+        if info.peer_id.to_base58() == self.peer_id:
+            return
+        with trio.fail_after(timeout):
+            await self._host.connect(info)
+
+    async def _bootstrap_loop(self) -> None:
+        while True:
+            for addr in self.config.bootstrap:
+                try:
+                    pid = addr.rsplit("/p2p/", 1)[-1]
+                    if pid not in self._connected_ids():
+                        await self._connect(addr, self.config.stream_timeout_s)
+                except Exception as e:
+                    log.warning("bootstrap %s: %r", addr, e)
+            await trio.sleep(10.0)
+
+    def _connected_ids(self) -> set[str]:
+        return {p.to_base58() for p in self._host.get_connected_peers()}
+
+    def peers(self) -> list[PeerInfo]:
+        return self._call_sync(self._peers)
+
+    def _peers(self) -> list[PeerInfo]:
+        connected = self._connected_ids()
+        ps = self._host.get_peerstore()
+        out = []
+        for pid in ps.peer_ids():
+            b58 = pid.to_base58()
+            if b58 == self.peer_id:
+                continue
+            try:
+                addrs = tuple(str(a) for a in ps.addrs(pid))
+            except Exception:
+                addrs = ()
+            out.append(PeerInfo(b58, addrs, b58 in connected, b58 in self._banned))
+        return sorted(out, key=lambda p: (not p.connected, p.peer_id))
+
+    def ban(self, peer: str, reason: str) -> None:
+        """Cut a peer off: no gossip from it, no chunk streams to or from it (trio thread)."""
+        if peer in self._banned or peer == self.peer_id:
+            return
+        from libp2p.peer.id import ID
+
+        self._banned.add(peer)
+        self.counters.add("bans")
+        log.warning("banned peer %s: %s", peer, reason)
+        if self._pubsub is not None:
+            try:
+                self._pubsub.add_to_blacklist(ID.from_base58(peer))
+            except Exception as e:
+                log.debug("blacklisting %s: %r", peer, e)
+
+    def is_banned(self, peer: str) -> bool:
+        return peer in self._banned
+
+    # ---------------------------------------------------------------- gossip
+
+    def subscribe(self, topic: str) -> None:
+        if kind_of(self.network_id, topic) is None:
+            raise ValueError(f"{topic!r} is not a topic of network {self.network_id!r}")
+        self._topics.add(topic)
+        if self._token is not None and self._thread is not None and self._thread.is_alive():
+            self._call(self._subscribe, topic)
+
+    async def _subscribe(self, topic: str) -> None:
+        from libp2p.peer.id import ID
+
+        if topic in self._pubsub.topic_ids:
+            return
+        me = self._host.get_id()
+
+        def validator(forwarder: ID, msg: Any) -> bool:
+            if forwarder == me:
+                return True
+            if len(msg.topicIDs) != 1:
+                return self._filter.drop("malformed", forwarder.to_base58(), "multi-topic message")
+            try:
+                origin = ID(msg.from_id).to_base58()
+            except Exception:
+                origin = "?"
+            return self._filter.check(topic, msg.data, forwarder.to_base58(), origin)
+
+        self._pubsub.set_topic_validator(topic, validator, False)
+        sub = await self._pubsub.subscribe(topic)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._drain, sub)
+
+    async def _drain(self, sub: Any) -> None:
+        # delivery happens in the validator; this only keeps libp2p's 32-deep buffer from filling
+        while True:
+            await sub.get()
+
+    def _deliver(self, item: Incoming) -> bool:
+        with self._cond:
+            if len(self._incoming) >= self.config.limits.incoming_queue:
+                return False
+            self._incoming.append(item)
+            self._cond.notify_all()
+        return True
+
+    def poll(self, timeout: float = 0.0) -> list[Incoming]:
+        """Everything verified since the last poll (waits up to ``timeout`` s for the first)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not self._incoming and self._thread is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            out = list(self._incoming)
+            self._incoming.clear()
+        return out
+
+    def publish(self, topic: str, envelope: bytes) -> None:
+        """Queue a signed envelope for gossip, after the checks a peer would make."""
+        kind = kind_of(self.network_id, topic)
+        if kind is None:
+            raise PublishError(f"{topic!r} is not a topic of network {self.network_id!r}")
+        if len(envelope) > self.config.limits.max_msg_bytes:
+            raise PublishError(
+                f"envelope of {len(envelope)} bytes exceeds {self.config.limits.max_msg_bytes}"
+            )
+        try:
+            env, _ = decode_message(envelope, self.network_id)
+        except (EnvelopeError, MessageError) as e:
+            raise PublishError(f"refusing to publish an invalid envelope: {e}") from e
+        if env.type not in TOPIC_TYPES[kind]:
+            raise PublishError(f"{env.type} does not belong on {kind}")
+        self._publish_raw(topic, envelope)
+
+    def _publish_raw(self, topic: str, data: bytes) -> None:
+        """Queue bytes for gossip without local checks (tests use it to play a hostile peer)."""
+        if topic not in self._topics:
+            self.subscribe(topic)
+        try:
+            self._call_sync(self._pub_send.send_nowait, (topic, data))
+        except trio.WouldBlock:
+            self.counters.add("dropped.publish_queue_full")
+            self.counters.add("dropped")
+            log.warning("publish queue full: dropped an envelope for %s", topic)
+
+    async def _publisher(self, recv: Any) -> None:
+        gap = 1.0 / self.config.limits.publish_per_s
+        async for topic, data in recv:
+            self._filter.note_own(data)
+            try:
+                await self._pubsub.publish(topic, data)
+                self.counters.add("gossip_out")
+            except Exception as e:
+                self.counters.add("publish_errors")
+                log.warning("publish on %s failed: %r", topic, e)
+            await trio.sleep(gap)
+
+    # ---------------------------------------------------------------- blobs
+
+    def add_provider_hint(self, blob_id: str, peer_id: str) -> None:
+        """Record that ``peer_id`` says it holds ``blob_id`` (from heartbeats or announcements)."""
+        with self._cond:
+            peers = self._hints.setdefault(blob_id, [])
+            if peer_id not in peers and peer_id != self.peer_id:
+                peers.append(peer_id)
+                del peers[:-64]
+            while len(self._hints) > 4096:
+                self._hints.pop(next(iter(self._hints)))
+
+    def providers(self, blob_id: str) -> list[str]:
+        with self._cond:
+            hinted = list(self._hints.get(blob_id, ()))
+        connected = sorted(self._connected_ids() - set(hinted))
+        return [p for p in hinted + connected if p not in self._banned and p != self.peer_id]
+
+    async def open_chunk_stream(self, peer: str) -> Any:
+        from libp2p.peer.id import ID
+
+        with trio.fail_after(self.config.stream_timeout_s):
+            return await self._host.new_stream(ID.from_base58(peer), [cp.PROTOCOL_ID])
+
+    def serve(self, ref: BlobRef) -> None:
+        """Announce-side: we hold ``ref`` complete; peers may fetch any chunk of it from us."""
+        if not self.store.has(ref.id):
+            raise FileNotFoundError(f"blob {ref.id[:16]} is not in the store")
+
+    def fetch(self, ref: BlobRef, timeout: float = 300.0, on_progress: Any = None) -> Path:
+        """Fetch, verify and store ``ref``; returns its path in the store. Raises FetchError.
+
+        ``on_progress(done_bytes, total_bytes)`` runs on the network thread: keep it quick.
+        """
+        if self.store.has(ref.id):
+            return self.store.path(ref.id)
+        self._call(self._fetch, ref, timeout, on_progress)
+        return self.store.path(ref.id)
+
+    async def _fetch(self, ref: BlobRef, timeout: float, on_progress: Any) -> None:
+        running = self._downloads.get(ref.id)
+        if running is not None:
+            ev, errs = running
+            with trio.fail_after(timeout):
+                await ev.wait()
+            if errs:
+                raise FetchError(str(errs[0]))
+            return
+        ev, errs = trio.Event(), []
+        self._downloads[ref.id] = (ev, errs)
+        try:
+            part = self.partials.open(ref)
+            t0 = time.monotonic()
+            dl = Download(self, part, on_progress)
+            await dl.run(timeout)
+            await trio.to_thread.run_sync(self.partials.finish, ref)
+            self.counters.add("blobs_fetched")
+            log.info(
+                "fetched %s (%d bytes) in %.2f s from %s",
+                ref.id[:16],
+                ref.size,
+                time.monotonic() - t0,
+                {k[-6:]: v for k, v in dl.bytes_from.items()},
+            )
+        except BaseException as e:
+            errs.append(e)
+            self.partials.release(ref.id)
+            raise
+        finally:
+            del self._downloads[ref.id]
+            ev.set()
+
+    def stats(self) -> dict[str, int]:
+        s = self.counters.snapshot()
+        s.setdefault("bytes_up", 0)
+        s.setdefault("bytes_down", 0)
+        s.setdefault("dropped", 0)
+        s.setdefault("bans", 0)
+        s["banned_peers"] = len(self._banned)
+        return s

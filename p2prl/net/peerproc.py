@@ -1,0 +1,164 @@
+"""A node in a child process, driven over a pipe (the fan-out benchmark and multi-process tests).
+
+Peers on one machine must be separate processes to measure anything real (one interpreter's GIL
+would serialise them) and to be killed mid-transfer. Commands, each answered with one reply::
+
+    ("addrs",)                      -> list of multiaddrs
+    ("connect", [addr, ...])        -> number connected
+    ("put", seed, size)             -> blob id of deterministic random bytes, stored and served
+    ("fetch", ref_body, timeout)    -> {"ok", "seconds", "sha256_ok", "error"}
+    ("hint", blob_id, peer_id)      -> None
+    ("stats",)                      -> stats dict
+    ("stop",)                       -> None, then the process exits
+
+``behaviour`` "corrupt" flips a byte in every chunk served; "slow" sleeps before each chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import multiprocessing as mp
+import random
+import time
+from typing import Any
+
+from p2prl.crypto.keys import Identity
+from p2prl.net.config import Limits, NetConfig
+from p2prl.net.s3 import S3Config
+from p2prl.net.store import BlobStore
+from p2prl.protocol.blobs import BlobRef
+
+
+def blob_bytes(seed: int, size: int) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, Any]) -> None:
+    from p2prl.net import chunkproto as cp
+    from p2prl.net.node import P2PNode
+
+    logging.basicConfig(level=opts.get("log_level", "WARNING"))
+    s3 = S3Config(**opts["s3"]) if opts.get("s3") else None
+    cfg = NetConfig(
+        superseed=opts.get("superseed", False),
+        s3=s3,
+        s3_after_s=opts.get("s3_after_s", 3.0),
+        stream_timeout_s=opts.get("stream_timeout_s", 10.0),
+        chunk_timeout_s=opts.get("chunk_timeout_s", 10.0),
+        limits=Limits(),
+    )
+    node = P2PNode(Identity(seed), network, BlobStore(root), cfg)
+    node.start()
+    behaviour = opts.get("behaviour", "honest")
+    if behaviour != "honest":
+        server = node._server
+        assert server is not None
+        answer = server.answer
+
+        def hostile(op: int, blob_id: str, index: int, chunk_size: int) -> tuple[int, bytes]:
+            status, payload = answer(op, blob_id, index, chunk_size)
+            if op == cp.OP_GET and status == cp.OK:
+                if behaviour == "corrupt" and payload:
+                    payload = bytes([payload[0] ^ 0xFF]) + payload[1:]
+                elif behaviour == "slow":
+                    time.sleep(opts.get("delay_s", 0.05))
+            return status, payload
+
+        server.answer = hostile  # type: ignore[method-assign]
+    try:
+        while True:
+            cmd = conn.recv()
+            op = cmd[0]
+            if op == "addrs":
+                conn.send(node.addrs)
+            elif op == "connect":
+                n = 0
+                for a in cmd[1]:
+                    try:
+                        node.connect(a)
+                        n += 1
+                    except Exception as e:
+                        logging.warning("connect %s: %r", a, e)
+                conn.send(n)
+            elif op == "put":
+                bid = node.store.put(blob_bytes(cmd[1], cmd[2]))
+                conn.send(bid)
+            elif op == "fetch":
+                ref = BlobRef.from_body(cmd[1])
+                t0 = time.monotonic()
+                try:
+                    path = node.fetch(ref, timeout=cmd[2])
+                    secs = time.monotonic() - t0
+                    h = hashlib.sha256(path.read_bytes()).hexdigest()
+                    conn.send({"ok": True, "seconds": secs, "sha256_ok": h == ref.id, "error": ""})
+                except Exception as e:
+                    conn.send(
+                        {"ok": False, "seconds": time.monotonic() - t0, "sha256_ok": False, "error": repr(e)}
+                    )
+            elif op == "hint":
+                node.add_provider_hint(cmd[1], cmd[2])
+                conn.send(None)
+            elif op == "stats":
+                conn.send(node.stats())
+            elif op == "stop":
+                break
+    finally:
+        node.stop()
+        conn.send(None)
+
+
+class PeerProcess:
+    """Handle on a node running in a child process."""
+
+    def __init__(
+        self, root: str, network: str = "bench", seed: bytes | None = None, wait: bool = True, **opts: Any
+    ) -> None:
+        ctx = mp.get_context("spawn")
+        self.identity = Identity(seed) if seed else Identity.generate()
+        self._conn, child = ctx.Pipe()
+        self.proc = ctx.Process(
+            target=_peer_main, args=(child, self.identity.seed, network, root, opts), daemon=True
+        )
+        self.proc.start()
+        self.addrs: list[str] = []
+        self.peer_id = ""
+        if wait:
+            self.ready()
+
+    def ready(self, timeout: float = 120.0) -> PeerProcess:
+        """Wait until the child's host listens (start many children first, then wait for all)."""
+        if not self.addrs:
+            self.addrs = self.call("addrs", timeout=timeout)
+            self.peer_id = self.addrs[0].rsplit("/p2p/", 1)[1]
+        return self
+
+    def call(self, *cmd: Any, timeout: float = 120.0) -> Any:
+        self._conn.send(cmd)
+        if not self._conn.poll(timeout):
+            raise TimeoutError(f"peer process did not answer {cmd[0]} in {timeout} s")
+        return self._conn.recv()
+
+    def send(self, *cmd: Any) -> None:
+        """Send without waiting (collect the reply later with ``recv``)."""
+        self._conn.send(cmd)
+
+    def recv(self, timeout: float = 120.0) -> Any:
+        if not self._conn.poll(timeout):
+            raise TimeoutError(f"peer process did not answer in {timeout} s")
+        return self._conn.recv()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.join(10)
+
+    def stop(self) -> None:
+        if self.proc.is_alive():
+            try:
+                self.call("stop", timeout=30)
+            except (TimeoutError, OSError, EOFError):
+                pass
+            self.proc.join(10)
+        if self.proc.is_alive():
+            self.kill()
+        self._conn.close()

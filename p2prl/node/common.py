@@ -1,0 +1,71 @@
+"""Pieces shared by the roles: generation settings from genesis, the task, the starting weights."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from p2prl.node.context import NodeContext
+from p2prl.node.weights import Weights, load_base_model, load_saved_weights
+from p2prl.patch.hashing import weights_hash
+
+log = logging.getLogger(__name__)
+
+
+def generation_params(ctx: NodeContext, seed: int = 0) -> Any:
+    from p2prl.rl.engine import GenerationParams
+
+    g = ctx.g.generation
+    return GenerationParams(
+        max_new_tokens=int(g.get("max_new_tokens", 8)),
+        temperature=int(g.get("temperature_milli", 1000)) / 1000,
+        top_p=int(g.get("top_p_milli", 1000)) / 1000,
+        seed=seed,
+    )
+
+
+def group_size(ctx: NodeContext) -> int:
+    return int(ctx.g.generation.get("group_size", 8))
+
+
+def groups_per_batch(ctx: NodeContext) -> int:
+    return int(ctx.g.generation.get("groups_per_batch", 8))
+
+
+def task_of(ctx: NodeContext) -> Any:
+    from p2prl.rl.tasks import get_task
+
+    t = ctx.g.task
+    return get_task(str(t.get("name", "addition")), **dict(t.get("params") or {}))
+
+
+def genesis_base_hash(ctx: NodeContext) -> str:
+    return str(ctx.g.model.get("weights_hash", ""))
+
+
+def load_start(ctx: NodeContext, weights_dir: Path) -> tuple[Any, Any, Weights]:
+    """The model object, tokenizer and the weights to start from: saved ones if valid, else the base.
+
+    The base model must hash to genesis' ``model.weights_hash``; if this machine builds it
+    differently, it still starts from it as version 0 but marks it unverified (hash ""), so the
+    first sync takes the slow path from an anchor instead of trusting a patch base it does not have.
+    """
+    if ctx.g.model.get("source", "builtin") != "builtin":
+        raise ValueError(f"unsupported model source {ctx.g.model.get('source')!r}")
+    model, tok, base = load_base_model(ctx.config.model_cache_dir)
+    saved = load_saved_weights(weights_dir)
+    if saved is not None:
+        log.info("resuming from saved weights v%d (%s)", saved.version, saved.hash[:12])
+        ctx.status.incr("restarts_resumed")
+        return model, tok, saved
+    h = weights_hash(base)
+    if h != genesis_base_hash(ctx):
+        log.warning(
+            "local base model hash %s differs from genesis %s; will sync from an anchor",
+            h[:12],
+            genesis_base_hash(ctx)[:12],
+        )
+        ctx.status.incr_label("warnings", "base_hash_mismatch")
+        return model, tok, Weights(0, "", base)
+    return model, tok, Weights(0, h, base)

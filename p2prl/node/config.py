@@ -1,0 +1,270 @@
+"""Node configuration: defaults, then a TOML file, then ``P2PRL_*`` environment variables, then flags.
+
+Every setting has one name used everywhere: the dataclass field, the TOML key (tables flatten with
+``_``: ``[s3] bucket`` is ``s3_bucket``), the environment variable (``P2PRL_`` + upper case) and the
+command-line flag (``--`` + dashes). Unknown keys are errors, so a typo never silently does nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+ROLES = ("trainer", "miner", "validator")
+ENV_PREFIX = "P2PRL_"
+
+
+class ConfigError(ValueError):
+    """A configuration value that is missing, unknown or of the wrong type."""
+
+
+@dataclass
+class NodeConfig:
+    """All settings of one node. ``help`` metadata is what ``p2prl node --help`` prints."""
+
+    role: str = field(default="miner", metadata={"help": "trainer, miner or validator."})
+    network: Path | None = field(
+        default=None, metadata={"help": "Genesis file (written by `p2prl network init`). Required."}
+    )
+    data_dir: Path = field(
+        default=Path("p2prl-data"),
+        metadata={
+            "help": "Directory for the key, blobs, weights, chain and checkpoints (survives restarts)."
+        },
+    )
+    key_file: Path | None = field(
+        default=None, metadata={"help": "Ed25519 identity file; default <data-dir>/node.key (created once)."}
+    )
+    trainer_key: str = field(
+        default="",
+        metadata={
+            "help": "Expected trainer public key (hex); if set, a genesis signed by another is refused."
+        },
+    )
+    listen: str = field(
+        default="/ip4/0.0.0.0/tcp/0",
+        metadata={
+            "help": "libp2p listen multiaddr; the trainer should use the port named in genesis bootstrap."
+        },
+    )
+    bootstrap: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Extra bootstrap multiaddrs (…/p2p/<peer id>), besides genesis."},
+    )
+    status_host: str = field(default="127.0.0.1", metadata={"help": "Status/metrics HTTP bind address."})
+    status_port: int = field(
+        default=0,
+        metadata={
+            "help": "Status/metrics port: 0 picks a free one (written to <data-dir>/status.port), -1 disables."
+        },
+    )
+    store_max_bytes: int = field(
+        default=8 * 1024**3, metadata={"help": "Bound on the local blob store (patches, anchors, rollouts)."}
+    )
+    model_cache: Path | None = field(
+        default=None, metadata={"help": "Where the base model is built/cached; default <data-dir>/model."}
+    )
+    torch_threads: int = field(
+        default=0, metadata={"help": "torch intra-op threads; 0 keeps torch's default."}
+    )
+    s3_enable: bool = field(
+        default=True, metadata={"help": "Use the S3 location from genesis (mirror/fallback)."}
+    )
+    s3_endpoint: str = field(
+        default="", metadata={"help": "Override the genesis S3 endpoint URL (e.g. a local MinIO)."}
+    )
+    s3_bucket: str = field(default="", metadata={"help": "Override the genesis S3 bucket."})
+    s3_prefix: str = field(default="", metadata={"help": "Override the genesis S3 key prefix."})
+    s3_region: str = field(
+        default="", metadata={"help": "S3 region (credentials come from the usual AWS_* env)."}
+    )
+    heartbeat_s: float = field(
+        default=5.0, metadata={"help": "Seconds between heartbeats and re-announcements."}
+    )
+    fetch_timeout_s: float = field(default=60.0, metadata={"help": "Timeout for one blob fetch."})
+    # trainer
+    lr: float = field(default=0.0, metadata={"help": "Trainer learning rate; 0 keeps the RL default."})
+    train_batch_groups: int = field(
+        default=0, metadata={"help": "Trainer: rollout groups per GRPO step; 0 keeps the RL default."}
+    )
+    min_publish_s: float = field(
+        default=0.0, metadata={"help": "Trainer: least seconds between two published versions."}
+    )
+    keep_versions: int = field(default=64, metadata={"help": "Trainer: patch versions retained (and on S3)."})
+    max_versions: int = field(
+        default=0, metadata={"help": "Trainer: stop publishing after this version (0: never)."}
+    )
+    checkpoint_every: int = field(
+        default=1, metadata={"help": "Trainer: save master weights every N versions."}
+    )
+    # miner
+    max_batches: int = field(default=0, metadata={"help": "Miner: stop after this many batches (0: never)."})
+    batches_per_version: int = field(
+        default=4,
+        metadata={"help": "Miner: batches announced per version before waiting for the next (0: no limit)."},
+    )
+    dishonest_perturb: float = field(
+        default=0.0,
+        metadata={
+            "help": "TEST ONLY: miner adds Gaussian noise of this relative size to its weights (cheats)."
+        },
+    )
+    # validator
+    score_window: int = field(
+        default=8, metadata={"help": "Validator: versions in the scores sliding window."}
+    )
+    keep_states: int = field(
+        default=3,
+        metadata={"help": "Validator: recent versions' weights kept to check slightly stale rollouts."},
+    )
+
+    # ------------------------------------------------------------------
+    @property
+    def key_path(self) -> Path:
+        return self.key_file or self.data_dir / "node.key"
+
+    @property
+    def model_cache_dir(self) -> Path:
+        return self.model_cache or self.data_dir / "model"
+
+    def validate(self) -> NodeConfig:
+        if self.role not in ROLES:
+            raise ConfigError(f"role must be one of {ROLES}, not {self.role!r}")
+        if self.network is None:
+            raise ConfigError("--network <genesis file> is required")
+        if self.trainer_key and (len(self.trainer_key) != 64 or not _is_hex(self.trainer_key)):
+            raise ConfigError("trainer_key must be 64 hex characters")
+        if not -1 <= self.status_port <= 65535:
+            raise ConfigError("status_port must be -1..65535")
+        for name in ("store_max_bytes", "keep_versions", "checkpoint_every", "score_window", "keep_states"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be positive")
+        if self.dishonest_perturb < 0:
+            raise ConfigError("dishonest_perturb must be >= 0")
+        return self
+
+
+def _is_hex(s: str) -> bool:
+    try:
+        bytes.fromhex(s)
+    except ValueError:
+        return False
+    return s == s.lower()
+
+
+FIELDS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in fields(NodeConfig)}
+
+
+def _field_kind(name: str) -> type:
+    default = NodeConfig()
+    value = getattr(default, name)
+    if name in ("network", "key_file", "model_cache") or isinstance(value, Path):
+        return Path
+    return type(value)
+
+
+def coerce(name: str, value: Any, *, from_text: bool = False) -> Any:
+    """Convert ``value`` to the type of setting ``name``; text (env) is parsed, TOML values are checked."""
+    if name not in FIELDS:
+        raise ConfigError(f"unknown setting {name!r}")
+    kind = _field_kind(name)
+    try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            if (
+                from_text
+                and isinstance(value, str)
+                and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off")
+            ):
+                return value.lower() in ("1", "true", "yes", "on")
+            raise ConfigError(f"{name} must be a boolean")
+        if kind is int:
+            if isinstance(value, bool) or not (isinstance(value, int) or from_text):
+                raise ConfigError(f"{name} must be an integer")
+            return int(value)
+        if kind is float:
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) or from_text):
+                raise ConfigError(f"{name} must be a number")
+            return float(value)
+        if kind is list:
+            if isinstance(value, str) and from_text:
+                return [v.strip() for v in value.split(",") if v.strip()]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{name} must be a list of strings")
+            return list(value)
+        if kind is Path:
+            if not isinstance(value, (str, Path)):
+                raise ConfigError(f"{name} must be a path")
+            return Path(value).expanduser()
+        if not isinstance(value, str):
+            raise ConfigError(f"{name} must be a string")
+        return value
+    except ValueError as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(f"{name}: cannot parse {value!r} ({e})") from e
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in table.items():
+        key = f"{prefix}{k}".replace("-", "_")
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "_"))
+        else:
+            out[key] = v
+    return out
+
+
+def from_toml(path: Path) -> dict[str, Any]:
+    """Settings from a TOML file, checked and typed."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"cannot read config {path}: {e}") from e
+    return {k: coerce(k, v) for k, v in _flatten(data).items()}
+
+
+def from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """Settings from ``P2PRL_<NAME>`` variables; other P2PRL_ variables (e.g. LOG_LEVEL) are ignored."""
+    out: dict[str, Any] = {}
+    for name in FIELDS:
+        key = ENV_PREFIX + name.upper()
+        if key in env:
+            out[name] = coerce(name, env[key], from_text=True)
+    return out
+
+
+def load_config(
+    *,
+    config_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> NodeConfig:
+    """Defaults < TOML file < environment < explicit overrides (flags; ``None`` means not given)."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    if config_file is None and env.get(ENV_PREFIX + "CONFIG"):
+        config_file = Path(env[ENV_PREFIX + "CONFIG"])
+    if config_file is not None:
+        values.update(from_toml(config_file))
+    values.update(from_env(env))
+    for k, v in (overrides or {}).items():
+        if v is not None:
+            values[k] = coerce(k, v)
+    return NodeConfig(**values).validate()
+
+
+def describe() -> list[tuple[str, str, str]]:
+    """(name, default, help) of every setting, for docs and ``--help``."""
+    default = NodeConfig()
+    rows = []
+    for f in fields(NodeConfig):
+        rows.append((f.name, repr(getattr(default, f.name)), f.metadata.get("help", "")))
+    return rows

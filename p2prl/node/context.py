@@ -1,0 +1,337 @@
+"""What every role shares: identity, verified genesis, blob store, network host, status, stop flag.
+
+``build_context`` turns a NodeConfig into a started NodeContext; the message pump
+(:class:`Pump`) reads verified gossip once and hands each message type to the role's handler, and
+the heartbeat loop tells peers which blobs this node can serve.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from p2prl.crypto.keys import Identity, load_or_create_identity
+from p2prl.net.store import BlobStore
+from p2prl.node.config import NodeConfig
+from p2prl.node.genesis import SignedGenesis, pin_genesis, read_genesis
+from p2prl.node.status import NodeStatus
+from p2prl.protocol.messages import Genesis, Heartbeat, PatchManifest, Scores, Verdict, encode_message
+
+log = logging.getLogger(__name__)
+
+
+class NodeStartError(Exception):
+    """The node cannot start (bad genesis, pinned to another network, key file problem, ...)."""
+
+
+@dataclass
+class NodeContext:
+    config: NodeConfig
+    genesis: SignedGenesis
+    identity: Identity
+    store: BlobStore
+    net: Any  # p2prl.net.P2PNode
+    status: NodeStatus
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    @property
+    def g(self) -> Genesis:
+        return self.genesis.genesis
+
+    @property
+    def network_id(self) -> str:
+        return self.genesis.network_id
+
+    @property
+    def data_dir(self) -> Path:
+        return self.config.data_dir
+
+    def topic(self, kind: str) -> str:
+        from p2prl.net.topics import topic
+
+        return topic(self.network_id, kind)
+
+    def publish(self, kind: str, msg: Any) -> bool:
+        """Sign and gossip ``msg``; a refusal or a stopped host is logged and counted, never raised."""
+        try:
+            env = encode_message(self.identity, self.network_id, msg)
+            self.net.publish(self.topic(kind), env)
+        except Exception as e:  # a publish must never take a role loop down
+            self.status.incr_label("publish_failed", type(e).__name__)
+            log.warning("publish of %s failed: %s", msg.TYPE, e)
+            return False
+        return True
+
+    def publish_raw(self, kind: str, envelope: bytes) -> bool:
+        try:
+            self.net.publish(self.topic(kind), envelope)
+        except Exception as e:
+            self.status.incr_label("publish_failed", type(e).__name__)
+            log.warning("publish on %s failed: %s", kind, e)
+            return False
+        return True
+
+    def spawn(self, name: str, target: Callable[[], None]) -> threading.Thread:
+        """Start a role thread that logs (and counts) a crash instead of dying silently, then stops the node."""
+
+        def run() -> None:
+            try:
+                target()
+            except Exception:
+                log.exception("%s thread crashed; stopping the node", name)
+                self.status.incr_label("thread_crash", name)
+                self.stop.set()
+
+        t = threading.Thread(target=run, name=f"p2prl-{name}", daemon=True)
+        self.threads.append(t)
+        t.start()
+        return t
+
+    def join(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        for t in self.threads:
+            t.join(max(0.1, deadline - time.monotonic()))
+            if t.is_alive():
+                log.warning("thread %s did not stop in time", t.name)
+
+
+def allowed_signers(sg: SignedGenesis) -> dict[str, set[bytes]]:
+    """Who may sign what: manifests and genesis the trainer, verdicts and scores the genesis validators."""
+    validators = set(sg.validator_keys)
+    return {
+        PatchManifest.TYPE: {sg.trainer_key},
+        Genesis.TYPE: {sg.trainer_key},
+        Verdict.TYPE: validators,
+        Scores.TYPE: validators,
+    }
+
+
+def s3_config(cfg: NodeConfig, sg: SignedGenesis) -> Any:
+    """The S3 settings: genesis location, overridden by the node's own flags; None when disabled."""
+    if not cfg.s3_enable:
+        return None
+    g = sg.genesis.s3 or {}
+    bucket = cfg.s3_bucket or str(g.get("bucket") or "")
+    if not bucket:
+        return None
+    from p2prl.net.s3 import S3Config
+
+    return S3Config(
+        bucket=bucket,
+        endpoint_url=(cfg.s3_endpoint or str(g.get("endpoint") or "")) or None,
+        prefix=cfg.s3_prefix or str(g.get("prefix") or ""),
+        region=cfg.s3_region or str(g.get("region") or "us-east-1"),
+    )
+
+
+def load_genesis_for(cfg: NodeConfig) -> tuple[Identity, SignedGenesis]:
+    from p2prl.crypto.keys import KeyFileError
+    from p2prl.node.genesis import GenesisError
+
+    assert cfg.network is not None
+    try:
+        sg = read_genesis(cfg.network, cfg.trainer_key)
+        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        pin_genesis(sg, cfg.data_dir)
+        identity = load_or_create_identity(cfg.key_path)
+    except (GenesisError, KeyFileError) as e:
+        raise NodeStartError(str(e)) from e
+    role_ok = {
+        "trainer": identity.public_key == sg.trainer_key,
+        "validator": identity.public_key in sg.validator_keys,
+        "miner": identity.public_key != sg.trainer_key and identity.public_key not in sg.validator_keys,
+    }
+    if not role_ok[cfg.role]:
+        raise NodeStartError(
+            f"key {identity.public_hex[:16]}… cannot act as {cfg.role} in this network "
+            "(the trainer key is in genesis; validators are listed there; miners are neither)"
+        )
+    return identity, sg
+
+
+def build_context(cfg: NodeConfig) -> NodeContext:
+    """Verify genesis, load the identity, open the store and start the network host."""
+    from p2prl.net.config import NetConfig
+    from p2prl.net.node import P2PNode
+
+    identity, sg = load_genesis_for(cfg)
+    store = BlobStore(cfg.data_dir / "blobs", cfg.store_max_bytes)
+    bootstrap = [a for a in [*sg.genesis.bootstrap, *cfg.bootstrap] if not a.endswith(_peer_suffix(identity))]
+    net_cfg = NetConfig(
+        listen=cfg.listen,
+        bootstrap=bootstrap,
+        s3=s3_config(cfg, sg),
+        allowed_signers=allowed_signers(sg),
+        superseed=False,
+    )
+    net = P2PNode(identity, sg.network_id, store, net_cfg)
+    status = NodeStatus(cfg.role, identity.public_hex, sg.network_id)
+    try:
+        net.start()
+    except RuntimeError as e:
+        raise NodeStartError(f"network host failed to start: {e}") from e
+    status.set(peer_id=net.peer_id, addrs=list(net.addrs))
+    for t in (
+        "manifests",
+        "rollouts",
+        "verdicts",
+        "heartbeats",
+    ):
+        net.subscribe(_topic(sg.network_id, t))
+    return NodeContext(cfg, sg, identity, store, net, status)
+
+
+def _topic(network_id: str, kind: str) -> str:
+    from p2prl.net.topics import topic
+
+    return topic(network_id, kind)
+
+
+def _peer_suffix(identity: Identity) -> str:
+    from p2prl.net.identity import peer_id_for
+
+    return "/p2p/" + peer_id_for(identity)
+
+
+Handler = Callable[[Any], None]
+
+
+class Pump:
+    """Reads verified gossip and dispatches by envelope type; also sends heartbeats.
+
+    Handlers run on the pump thread and must only enqueue work. Heartbeats from peers become
+    provider hints, so fetches ask the peers that actually hold a blob.
+    """
+
+    def __init__(
+        self,
+        ctx: NodeContext,
+        handlers: dict[str, Handler],
+        holds: Callable[[], list[str]],
+        version: Callable[[], int],
+    ) -> None:
+        self.ctx = ctx
+        self.handlers = handlers
+        self.holds = holds
+        self.version = version
+        self._last_hb = 0.0
+        self.dialer = Dialer(ctx)
+
+    def run(self) -> None:
+        ctx = self.ctx
+        ctx.spawn("dial", self.dialer.run)
+        while not ctx.stop.is_set():
+            for item in ctx.net.poll(timeout=0.5):
+                t = item.envelope.type
+                if t == Heartbeat.TYPE:
+                    self._on_heartbeat(item)
+                h = self.handlers.get(t)
+                if h is None:
+                    continue
+                try:
+                    h(item)
+                except Exception as e:  # one bad message never stops the pump
+                    ctx.status.incr_label("handler_error", t)
+                    log.warning("handler for %s failed: %r", t, e)
+            now = time.monotonic()
+            if now - self._last_hb >= ctx.config.heartbeat_s:
+                self._last_hb = now
+                self._heartbeat()
+            self._refresh_status()
+
+    def _on_heartbeat(self, item: Any) -> None:
+        hb: Heartbeat = item.message
+        origin = getattr(item, "origin", item.from_peer)
+        if hb.peer_id != origin:
+            self.ctx.status.incr_label("dropped", "heartbeat_peer_mismatch")
+            return
+        for blob_id in hb.holds[:256]:
+            self.ctx.net.add_provider_hint(blob_id, hb.peer_id)
+        self.dialer.offer(hb.peer_id, hb.addrs)
+
+    def _heartbeat(self) -> None:
+        ctx = self.ctx
+        hb = Heartbeat(
+            role=ctx.config.role,
+            version=self.version(),
+            peer_id=ctx.net.peer_id,
+            addrs=tuple(ctx.net.addrs[:16]),
+            holds=tuple(self.holds()[-256:]),
+            stats={k: int(v) for k, v in list(ctx.status.snapshot()["counters"].items())[:32]},
+        )
+        ctx.publish("heartbeats", hb)
+
+    def _refresh_status(self) -> None:
+        ctx = self.ctx
+        try:
+            peers = ctx.net.peers()
+            stats = ctx.net.stats()
+        except Exception:
+            return
+        ctx.status.set(peers=sum(1 for p in peers if p.connected), addrs=list(ctx.net.addrs))
+        for k in ("bytes_up", "bytes_down", "dropped", "bans"):
+            ctx.status.gauge(f"net_{k}", stats.get(k, 0))
+
+
+class Dialer:
+    """Connects to peers learned from heartbeats, so chunks flow directly between any two nodes
+    (gossip alone would only connect each node to its bootstrap peers). Bounded in peers and rate."""
+
+    MAX_PEERS = 32
+    RETRY_S = 30.0
+
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+        self._want: dict[str, tuple[str, ...]] = {}
+        self._tried: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+
+    def offer(self, peer_id: str, addrs: tuple[str, ...]) -> None:
+        if peer_id == self.ctx.net.peer_id:
+            return
+        with self._lock:
+            if peer_id not in self._want and len(self._want) >= 4 * self.MAX_PEERS:
+                return
+            self._want[peer_id] = tuple(a for a in addrs if _dialable(a))[:4]
+        self._wake.set()
+
+    def run(self) -> None:
+        ctx = self.ctx
+        while not ctx.stop.is_set():
+            self._wake.wait(1.0)
+            self._wake.clear()
+            try:
+                connected = {p.peer_id for p in ctx.net.peers() if p.connected}
+            except Exception:
+                continue
+            with self._lock:
+                todo = [(p, a) for p, a in self._want.items() if p not in connected]
+            now = time.monotonic()
+            for peer_id, addrs in todo:
+                if ctx.stop.is_set() or len(connected) >= self.MAX_PEERS:
+                    break
+                if now - self._tried.get(peer_id, -1e9) < self.RETRY_S:
+                    continue
+                self._tried[peer_id] = now
+                for a in addrs:
+                    full = a if "/p2p/" in a else f"{a}/p2p/{peer_id}"
+                    try:
+                        ctx.net.connect(full, timeout=5.0)
+                        connected.add(peer_id)
+                        ctx.status.incr("peers_dialed")
+                        break
+                    except Exception as e:
+                        log.debug("dial %s failed: %r", full, e)
+            while len(self._tried) > 4096:
+                self._tried.pop(next(iter(self._tried)))
+
+
+def _dialable(addr: str) -> bool:
+    return isinstance(addr, str) and addr.startswith(("/ip4/", "/ip6/", "/dns")) and "/0.0.0.0/" not in addr

@@ -1,0 +1,320 @@
+"""``p2prl demo``: a whole network on 127.0.0.1 — local S3, trainer, validator, miners — in one command.
+
+Each node is its own process (``p2prl node``), exactly as on separate machines; the demo only
+creates the keys and the genesis, starts the processes, shows the dashboard (or waits), and at the
+end quiesces the trainer (SIGUSR1: stop publishing, keep serving) so the miners can catch up before
+it reads everyone's status into the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from p2prl.crypto.keys import load_or_create_identity
+from p2prl.node.http import fetch_status
+from p2prl.node.supervisor import Supervisor, free_port
+
+log = logging.getLogger(__name__)
+
+BUCKET = "p2prl-demo"
+NETWORK_ID = "p2prl-demo"
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+REWARD_WINDOW = 3  # versions averaged at each end for reward_first / reward_last
+
+
+@dataclass
+class DemoOptions:
+    duration: float | None = None
+    summary_json: Path | None = None
+    dishonest_miner: bool = False
+    miners: int = 2
+    workdir: Path | None = None
+    keep: bool = False
+    dashboard: bool = True
+    # network settings: small, so a 2-core CPU learns within minutes
+    max_new_tokens: int = 4
+    group_size: int = 16
+    groups_per_batch: int = 8
+    anchor_interval: int = 10
+    max_staleness: int = 3
+    chunk_size: int = 256 * 1024
+    torch_threads: int = 1
+    catch_up_s: float = 60.0
+    startup_timeout_s: float = 300.0
+    node_args: tuple[str, ...] = ()  # extra flags for every node (tests)
+    model_cache: Path | None = None  # default: $P2PRL_CACHE or ~/.cache/p2prl (the model is built once)
+    lr: float = 3e-4
+    train_batch_groups: int = 16
+    batches_per_version: int = 2
+
+
+def _default_cache() -> Path:
+    from p2prl.rl.local import default_cache_dir
+
+    return default_cache_dir()
+
+
+def _nodes(opts: DemoOptions) -> list[str]:
+    return ["trainer", "validator", *[f"miner{i + 1}" for i in range(opts.miners)]]
+
+
+def prepare(opts: DemoOptions, root: Path, s3_endpoint: str) -> dict[str, Any]:
+    """Keys, base model and genesis under ``root`` (reused when they exist, so a demo can resume)."""
+    from p2prl.net.identity import peer_id_for
+    from p2prl.node.genesis import write_genesis
+    from p2prl.node.netinit import NetworkSpec, base_model_info, genesis_from_spec
+
+    ids = {n: load_or_create_identity(root / n / "node.key") for n in _nodes(opts)}
+    plan_file = root / "demo.json"
+    if plan_file.exists():
+        plan = json.loads(plan_file.read_text())
+        if set(plan["nodes"]) != set(_nodes(opts)):
+            raise ValueError(f"{root} holds a demo with nodes {sorted(plan['nodes'])}; use another --dir")
+    else:
+        plan = {"nodes": {n: {"status_port": free_port()} for n in _nodes(opts)}, "trainer_port": free_port()}
+    trainer_addr = f"/ip4/127.0.0.1/tcp/{plan['trainer_port']}/p2p/{peer_id_for(ids['trainer'])}"
+    genesis_path = root / "genesis.json"
+    model_cache = opts.model_cache or _default_cache()
+    spec = NetworkSpec(
+        network_id=NETWORK_ID,
+        validators=[ids["validator"].public_hex],
+        bootstrap=[trainer_addr],
+        anchor_interval=opts.anchor_interval,
+        chunk_size=opts.chunk_size,
+        max_staleness=opts.max_staleness,
+        max_new_tokens=opts.max_new_tokens,
+        group_size=opts.group_size,
+        groups_per_batch=opts.groups_per_batch,
+    )
+    s3 = {"endpoint": s3_endpoint, "bucket": BUCKET, "prefix": ""}
+    if not genesis_path.exists():
+        # a resumed demo keeps its genesis; its nodes get the new local S3 endpoint by --s3-endpoint
+        sg = genesis_from_spec(spec, ids["trainer"], base_model_info(model_cache), s3=s3)
+        write_genesis(sg, genesis_path)
+    plan_file.write_text(json.dumps(plan, indent=1))
+    plan["genesis"] = genesis_path
+    plan["model_cache"] = model_cache
+    plan["keys"] = {n: i.public_hex for n, i in ids.items()}
+    return plan
+
+
+def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s3_endpoint: str) -> list[str]:
+    role = "miner" if name.startswith("miner") else name
+    listen = f"/ip4/127.0.0.1/tcp/{plan['trainer_port'] if role == 'trainer' else 0}"
+    args = [
+        "--log-level",
+        "INFO",
+        "node",
+        "--role",
+        role,
+        "--network",
+        str(plan["genesis"]),
+        "--data-dir",
+        str(root / name),
+        "--listen",
+        listen,
+        "--status-port",
+        str(plan["nodes"][name]["status_port"]),
+        "--model-cache",
+        str(plan["model_cache"]),
+        "--torch-threads",
+        str(opts.torch_threads),
+        "--s3-endpoint",
+        s3_endpoint,
+        "--heartbeat-s",
+        "2",
+    ]
+    if role == "trainer":
+        args += ["--lr", str(opts.lr), "--train-batch-groups", str(opts.train_batch_groups)]
+    if role == "miner":
+        args += ["--batches-per-version", str(opts.batches_per_version)]
+    args += list(opts.node_args)
+    if opts.dishonest_miner and name == "miner2":
+        args += ["--dishonest-perturb", "0.05"]
+    return args
+
+
+def _url(plan: dict[str, Any], name: str) -> str:
+    return f"http://127.0.0.1:{plan['nodes'][name]['status_port']}"
+
+
+def _statuses(plan: dict[str, Any], names: list[str]) -> dict[str, dict[str, Any] | None]:
+    out: dict[str, dict[str, Any] | None] = {}
+    for n in names:
+        try:
+            out[n] = fetch_status(_url(plan, n), timeout=2.0)
+        except (OSError, ValueError):
+            out[n] = None
+    return out
+
+
+def _wait_up(
+    sup: Supervisor, plan: dict[str, Any], names: list[str], timeout: float, stop: threading.Event
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not stop.is_set():
+        st = _statuses(plan, names)
+        if all(s is not None for s in st.values()):
+            return
+        for c in sup.children:
+            if not c.alive:
+                raise RuntimeError(f"{c.name} exited with {c.proc.returncode}:\n{c.tail()}")
+        if time.monotonic() > deadline:
+            missing = [n for n, s in st.items() if s is None]
+            raise RuntimeError(f"nodes not up after {timeout:.0f} s: {missing}")
+        stop.wait(1.0)
+
+
+def _mean_reward(series: list[tuple[int, float, int]]) -> float | None:
+    n = sum(c for _, _, c in series)
+    return sum(m * c for _, m, c in series) / n if n else None
+
+
+def summarize(
+    plan: dict[str, Any], statuses: dict[str, dict[str, Any] | None], names: list[str]
+) -> dict[str, Any]:
+    """The run summary from every node's final status (see docs/NODE.md)."""
+    from p2prl.dashboard.view import reward_series
+
+    trainer = statuses.get("trainer") or {}
+    validator = statuses.get("validator") or {}
+    miners = []
+    for n in names:
+        if not n.startswith("miner"):
+            continue
+        s = statuses.get(n) or {}
+        v = int(s.get("version", -1)) if s else -1
+        miners.append(
+            {
+                "name": n,
+                "key": plan["keys"][n],
+                "version": v,
+                "weights_hash": s.get("weights_hash", ""),
+                "weights_sha256": s.get("weights_sha256", ""),
+                "rollouts_produced": int(s.get("counters", {}).get("rollouts_produced", 0)),
+                "groups_accepted": int(s.get("counters", {}).get("groups_accepted", 0)),
+                "groups_rejected": int(s.get("counters", {}).get("groups_rejected", 0)),
+                "score": int(validator.get("scores", {}).get(plan["keys"][n], 0)),
+            }
+        )
+    versions = sorted({m["version"] for m in miners})
+    sha = trainer.get("sha256_by_version", {})
+    hashes = trainer.get("hashes", {})
+    at = versions[0] if len(versions) == 1 else None
+    series = reward_series([trainer]) if trainer else []
+    c = validator.get("counters", {})
+    return {
+        "versions_published": int(trainer.get("counters", {}).get("versions_published", 0)),
+        "trainer_version": int(trainer.get("version", 0)),
+        "miners": miners,
+        "trainer_weights_sha256": sha.get(str(at), "") if at is not None else "",
+        "trainer_weights_hash": hashes.get(str(at), "") if at is not None else "",
+        "miners_version": at,
+        "rollouts_accepted": int(c.get("rollouts_accepted", 0)),
+        "rollouts_rejected": int(c.get("rollouts_rejected", 0)),
+        "groups_accepted": int(c.get("groups_accepted", 0)),
+        "groups_rejected": int(c.get("groups_rejected", 0)),
+        "groups_trained_on": int(trainer.get("counters", {}).get("groups_consumed", 0)),
+        "rejections": validator.get("labelled", {}).get("rejected", {}),
+        "reward_first": _mean_reward(series[:REWARD_WINDOW]),
+        "reward_last": _mean_reward(series[-REWARD_WINDOW:]),
+        "reward_by_version": {str(v): round(m, 4) for v, m, _ in series},
+        "scores": validator.get("scores", {}),
+    }
+
+
+def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
+    """Run the demo; returns the summary when it ran with a duration (None after an interactive run)."""
+    tmp = None
+    root = opts.workdir
+    if root is None:
+        tmp = Path(tempfile.mkdtemp(prefix="p2prl-demo-"))
+        root = tmp
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    names = _nodes(opts)
+    stop = threading.Event()
+    prev = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    summary: dict[str, Any] | None = None
+    sup = Supervisor(root)
+    try:
+        s3 = sup.start_s3()
+        s3.create_bucket(BUCKET)
+        print(
+            f"demo directory {root}; local S3 at {s3.endpoint}; building the base model if needed…",
+            flush=True,
+        )
+        plan = prepare(opts, root, s3.endpoint)
+        for n in names:
+            sup.spawn(n, _node_args(opts, root, plan, n, s3.endpoint), env=S3_ENV)
+        urls = [_url(plan, n) for n in names]
+        print("nodes: " + ", ".join(f"{n} {u}" for n, u in zip(names, urls, strict=True)), flush=True)
+        _wait_up(sup, plan, names, opts.startup_timeout_s, stop)
+        if opts.duration is None and opts.dashboard:
+            from p2prl.dashboard.live import run_dashboard
+
+            run_dashboard(urls, stop=stop)
+        else:
+            end = time.monotonic() + (opts.duration if opts.duration is not None else 1e12)
+            while not stop.is_set() and time.monotonic() < end:
+                for c in sup.children:
+                    if not c.alive:
+                        raise RuntimeError(f"{c.name} exited with {c.proc.returncode}:\n{c.tail()}")
+                stop.wait(1.0)
+        if opts.duration is not None:
+            summary = _finish(sup, plan, names, opts, stop)
+    except KeyboardInterrupt:
+        print("stopping…", flush=True)
+    except (RuntimeError, ValueError, OSError) as e:
+        log.error("demo failed: %s", e)
+        summary = {"error": str(e)}
+    finally:
+        codes = sup.stop_all()
+        signal.signal(signal.SIGTERM, prev)
+        if summary is not None and "error" not in summary:
+            summary["exit_codes"] = codes
+        if opts.summary_json is not None and summary is not None:
+            Path(opts.summary_json).write_text(json.dumps(summary, indent=1) + "\n")
+        if tmp is not None and not opts.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp is not None:
+            print(f"kept {tmp}", flush=True)
+    return summary
+
+
+def _finish(
+    sup: Supervisor, plan: dict[str, Any], names: list[str], opts: DemoOptions, stop: threading.Event
+) -> dict[str, Any]:
+    """Quiesce the trainer, let the miners catch up to its last version, then read the summary."""
+    sup.signal("trainer", signal.SIGUSR1)
+    miners = [n for n in names if n.startswith("miner")]
+    deadline = time.monotonic() + opts.catch_up_s
+    statuses = _statuses(plan, names)
+    last_v = -1
+    while time.monotonic() < deadline and not stop.is_set():
+        statuses = _statuses(plan, names)
+        t = statuses.get("trainer") or {}
+        tv = int(t.get("version", -1))
+        if (
+            t.get("paused")
+            and tv == last_v
+            and all((statuses.get(m) or {}).get("version") == tv for m in miners)
+        ):
+            break
+        last_v = tv
+        stop.wait(1.0)
+    return summarize(plan, statuses, names)

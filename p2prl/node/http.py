@@ -1,0 +1,92 @@
+"""The local status endpoint: ``GET /status`` (JSON), ``GET /metrics`` (Prometheus), ``GET /healthz``.
+
+Read-only and bound to 127.0.0.1 by default; it runs in its own daemon threads so a slow client never
+touches a role loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from p2prl.node.status import NodeStatus, make_registry
+
+log = logging.getLogger(__name__)
+PORT_FILE = "status.port"
+
+
+class StatusServer:
+    """Serves one NodeStatus over HTTP until ``stop()``."""
+
+    def __init__(self, status: NodeStatus, host: str = "127.0.0.1", port: int = 0) -> None:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        registry = make_registry(status)
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/status":
+                    self._send(200, "application/json", json.dumps(status.snapshot()).encode())
+                elif path == "/metrics":
+                    self._send(200, CONTENT_TYPE_LATEST, generate_latest(registry))
+                elif path == "/healthz":
+                    self._send(200, "text/plain", b"ok\n")
+                else:
+                    self._send(404, "text/plain", b"not found\n")
+
+            def _send(self, code: int, ctype: str, body: bytes) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("status %s", format % args)
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="status-http", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = self._server.server_address[0]
+        return f"http://{host}:{self.port}"
+
+    def start(self, port_file_dir: Path | None = None) -> StatusServer:
+        self._thread.start()
+        if port_file_dir is not None:
+            p = Path(port_file_dir) / PORT_FILE
+            tmp = p.with_name(p.name + ".tmp")
+            tmp.write_text(f"{self.port}\n")
+            os.replace(tmp, p)
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def fetch_status(url: str, timeout: float = 2.0) -> dict[str, Any]:
+    """GET ``<url>/status`` and parse it (used by the dashboard and the demo)."""
+    import urllib.request
+
+    with urllib.request.urlopen(url.rstrip("/") + "/status", timeout=timeout) as r:
+        if r.status != 200:
+            raise OSError(f"{url}: HTTP {r.status}")
+        data = r.read(8 * 1024 * 1024)
+    out = json.loads(data)
+    if not isinstance(out, dict):
+        raise ValueError(f"{url}: status is not an object")
+    return out

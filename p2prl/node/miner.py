@@ -1,0 +1,225 @@
+"""The miner: sync weights, generate rollout groups on derived prompts, commit, sign, announce.
+
+Threads: the message pump (manifests in, verdicts for our own counters), the sync thread (stages
+the next version), and the generation loop, which switches to a staged version only between
+batches. Per version it numbers its prompts 0, 1, 2, … (``derive_seed(manifest hash, key, index)``)
+and persists the next index, so a restart never re-announces a prompt it already used.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from p2prl.node.common import generation_params, group_size, groups_per_batch, load_start, task_of
+from p2prl.node.context import NodeContext, Pump
+from p2prl.node.manifests import ManifestBook
+from p2prl.node.sync import WeightSync
+from p2prl.node.weights import Weights, sha256_of_state
+from p2prl.protocol.blobs import blob_ref_for
+from p2prl.protocol.messages import PatchManifest, RolloutAnnouncement, Verdict
+
+log = logging.getLogger(__name__)
+
+IDLE_REFILL_S = 5.0  # after its per-version quota, a miner adds a batch this often until a new version
+KEEP_ROLLOUT_BLOBS = 32  # our announced batches kept pinned for validators and the trainer to fetch
+
+
+def perturb_state(state: dict[str, torch.Tensor], rel: float, seed: int = 0) -> dict[str, torch.Tensor]:
+    """TEST ONLY (dishonest miner): every tensor plus Gaussian noise of ``rel`` times its std."""
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for k, v in state.items():
+        f = v.float()
+        std = float(f.std()) if f.numel() > 1 else 0.0
+        noise = torch.randn(f.shape, generator=gen) * (rel * (std or 1e-3))
+        out[k] = (f + noise).to(v.dtype)
+    return out
+
+
+class Miner:
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+        self.dir = ctx.data_dir / "miner"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.book = ManifestBook(ctx.network_id, ctx.genesis.trainer_key, self.dir / "manifests")
+        model, tok, start = load_start(ctx, self.dir / "weights")
+        from p2prl.rl.engine import HFEngine
+
+        self.engine = HFEngine(model, tok)
+        self.tok = tok
+        self.task = task_of(ctx)
+        self.sync = WeightSync(ctx, self.book, start, self.dir / "weights")
+        self.active: Weights = start
+        self._activate(start)
+        self.pinned: deque[str] = deque()
+        self.batches = 0
+        self._last_batch = 0.0
+        self._index_file = self.dir / "next_index.json"
+
+    # -- state ------------------------------------------------------------------
+    def _activate(self, w: Weights) -> None:
+        state = w.state
+        if self.ctx.config.dishonest_perturb > 0:
+            state = perturb_state(state, self.ctx.config.dishonest_perturb, seed=w.version)
+        self.engine.load_state_dict(state)
+        self.active = w
+        self.ctx.status.set(version=w.version, weights_hash=w.hash, weights_sha256=sha256_of_state(w.state))
+
+    def _next_index(self, version: int) -> int:
+        try:
+            d = json.loads(self._index_file.read_text())
+            if int(d["version"]) == version:
+                return int(d["next"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return 0
+
+    def _save_index(self, version: int, nxt: int) -> None:
+        tmp = self._index_file.with_name(self._index_file.name + ".tmp")
+        tmp.write_text(json.dumps({"version": version, "next": nxt}))
+        os.replace(tmp, self._index_file)
+
+    def manifest_hash(self, w: Weights) -> str:
+        """The public seed of a version: its manifest's result hash (version 0: the genesis base hash)."""
+        return w.hash
+
+    # -- handlers (pump thread) -------------------------------------------------------
+    def on_manifest(self, item: Any) -> None:
+        try:
+            self.book.add(item.envelope.raw)
+        except ValueError as e:
+            self.ctx.status.incr_label("dropped", "manifest")
+            log.warning("manifest dropped: %s", e)
+
+    def on_verdict(self, item: Any) -> None:
+        v: Verdict = item.message
+        if v.miner != self.ctx.identity.public_hex:
+            return
+        self.ctx.status.incr("groups_accepted", v.accepted)
+        self.ctx.status.incr("groups_rejected", len(v.groups) - v.accepted)
+        for g in v.groups:
+            if not g["accepted"]:
+                self.ctx.status.incr_label("rejected", g["reason"])
+
+    def on_scores(self, item: Any) -> None:
+        me = self.ctx.identity.public_hex
+        self.ctx.status.gauge("own_score", item.message.scores.get(me, 0))
+
+    # -- generation loop ----------------------------------------------------------------
+    def run(self) -> None:
+        ctx = self.ctx
+        max_stale = int(ctx.g.max_staleness)
+        while not ctx.stop.is_set():
+            w = self.sync.take_staged()
+            if w is not None:
+                self._activate(w)
+                log.info("switched to v%d", w.version)
+            if ctx.config.max_batches and self.batches >= ctx.config.max_batches:
+                ctx.stop.wait(1.0)
+                continue
+            target = self.sync.target_version()
+            per_version = ctx.config.batches_per_version
+            made = self._next_index(self.active.version) // groups_per_batch(ctx)
+            idle = time.monotonic() - self._last_batch
+            if per_version and made >= per_version and made % per_version == 0 and idle < IDLE_REFILL_S:
+                # enough for this version: wait for the next one, or top up if the trainer needs more
+                ctx.status.set(sync_state="waiting")
+                ctx.stop.wait(0.2)
+                continue
+            if not self.active.hash or target - self.active.version > max_stale:
+                ctx.status.set(sync_state="behind")
+                ctx.stop.wait(0.5)  # too far behind to produce usable rollouts: wait for sync
+                continue
+            try:
+                self.produce_batch()
+            except Exception:
+                log.exception("batch failed")
+                ctx.status.incr_label("batch_failed", "exception")
+                ctx.stop.wait(2.0)
+
+    def produce_batch(self) -> RolloutAnnouncement:
+        """Generate, score, commit and announce one batch on the active version."""
+        from p2prl.proof.batch import build_batch, commitment_root, encode_batch
+        from p2prl.rl.tasks import derive_seed
+
+        ctx, w = self.ctx, self.active
+        mhash = self.manifest_hash(w)
+        key = ctx.identity.public_key
+        n_groups, g_size = groups_per_batch(ctx), group_size(ctx)
+        first = self._next_index(w.version)
+        self._save_index(w.version, first + n_groups)  # reserve before use: a crash never reuses
+        indices = list(range(first, first + n_groups))
+        problems = [self.task.problem(derive_seed(mhash, key, i)) for i in indices]
+        prompts = [self.tok.encode(p.prompt) for p in problems]
+        t0 = time.monotonic()
+        seed = int.from_bytes(derive_seed(mhash, key, first)[:4], "big")
+        samples = self.engine.generate(prompts, g_size, generation_params(ctx, seed))
+        gen_s = time.monotonic() - t0
+        groups, total, count, tokens = [], 0.0, 0, 0
+        for i, p, ids, ss in zip(indices, problems, prompts, samples, strict=True):
+            rewards = [self.task.reward(p, self.tok.decode(s.completion_ids)) for s in ss]
+            total += sum(rewards)
+            count += len(rewards)
+            tokens += sum(len(s.completion_ids) for s in ss)
+            groups.append((i, ids, ss, rewards))
+        batch = build_batch(w.version, mhash, key, groups)
+        data = encode_batch(batch)
+        chunk = int(ctx.g.patch.get("chunk_size", 1 << 20))
+        ref = blob_ref_for(data, chunk_size=max(16 * 1024, min(chunk, 16 * 1024 * 1024)))
+        ctx.store.put(data, expected_id=ref.id)
+        ctx.store.pin([ref.id])
+        self.pinned.append(ref.id)
+        while len(self.pinned) > KEEP_ROLLOUT_BLOBS:
+            ctx.store.unpin([self.pinned.popleft()])
+        ctx.net.serve(ref)
+        ann = RolloutAnnouncement(
+            version=w.version,
+            manifest_hash=mhash,
+            blob=ref,
+            groups=len(groups),
+            commitment_root=commitment_root(batch),
+        )
+        ctx.publish("rollouts", ann)
+        self.batches += 1
+        self._last_batch = time.monotonic()
+        st = ctx.status
+        st.incr("groups_produced", len(groups))
+        st.incr("rollouts_produced", count)
+        st.incr("batches_announced")
+        st.add_reward(w.version, total, count)
+        st.gauge("tokens_per_s", tokens / max(gen_s, 1e-6))
+        st.gauge("batch_bytes", len(data))
+        log.info(
+            "announced %d groups at v%d (%d bytes, reward %.3f)",
+            len(groups),
+            w.version,
+            len(data),
+            total / max(count, 1),
+        )
+        return ann
+
+    def holds(self) -> list[str]:
+        return list(self.pinned) + [m.blob.id for m in self.book.all()[-8:] if self.ctx.store.has(m.blob.id)]
+
+    def start(self) -> None:
+        pump = Pump(
+            self.ctx,
+            {PatchManifest.TYPE: self.on_manifest, Verdict.TYPE: self.on_verdict, "scores": self.on_scores},
+            self.holds,
+            lambda: self.active.version,
+        )
+        self.ctx.spawn("pump", pump.run)
+        self.ctx.spawn("sync", self.sync.run)
+        self.ctx.spawn("generate", self.run)
+
+
+def miner_dir(data_dir: Path) -> Path:
+    return Path(data_dir) / "miner"

@@ -1,0 +1,122 @@
+"""``p2prl node``: build the context, start the role and the status endpoint, run until a signal.
+
+SIGINT/SIGTERM stop the node cleanly (threads finish their step, the host shuts down, state is on
+disk). SIGUSR1 asks a trainer to stop publishing new versions while it keeps serving (the demo
+uses it to let miners catch up before it reads the final state).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Any
+
+from p2prl.node.config import NodeConfig
+from p2prl.node.context import NodeContext, NodeStartError, build_context
+from p2prl.node.http import StatusServer
+
+log = logging.getLogger(__name__)
+
+__all__ = ["NodeStartError", "RunningNode", "run_node", "start_node"]
+
+
+class RunningNode:
+    """A started node (context, role, status server); ``close()`` stops all of it."""
+
+    def __init__(self, ctx: NodeContext, role: Any, server: StatusServer | None) -> None:
+        self.ctx = ctx
+        self.role = role
+        self.server = server
+
+    @property
+    def status_url(self) -> str | None:
+        return self.server.url if self.server else None
+
+    def close(self, timeout: float = 30.0) -> None:
+        self.ctx.stop.set()
+        close = getattr(self.role, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:
+                log.exception("role close failed")
+        self.ctx.join(timeout)
+        self.ctx.net.stop()
+        if self.server is not None:
+            self.server.stop()
+
+
+def make_role(ctx: NodeContext) -> Any:
+    role = ctx.config.role
+    if role == "miner":
+        from p2prl.node.miner import Miner
+
+        return Miner(ctx)
+    if role == "validator":
+        from p2prl.node.validator import Validator
+
+        return Validator(ctx)
+    from p2prl.node.trainer import Trainer
+
+    return Trainer(ctx)
+
+
+def start_node(cfg: NodeConfig) -> RunningNode:
+    """Start a node in this process (what ``p2prl node`` does, minus signal handling)."""
+    cfg.validate()
+    if cfg.torch_threads > 0:
+        import torch
+
+        torch.set_num_threads(cfg.torch_threads)
+    ctx = build_context(cfg)
+    server = None
+    try:
+        if cfg.status_port >= 0:
+            server = StatusServer(ctx.status, cfg.status_host, cfg.status_port).start(cfg.data_dir)
+        role = make_role(ctx)
+        role.start()
+    except BaseException:
+        ctx.stop.set()
+        ctx.join(10)
+        ctx.net.stop()
+        if server is not None:
+            server.stop()
+        raise
+    log.info(
+        "%s %s up: peer %s, addrs %s, status %s",
+        cfg.role,
+        ctx.identity.public_hex[:16],
+        ctx.net.peer_id,
+        ctx.net.addrs,
+        server.url if server else "off",
+    )
+    return RunningNode(ctx, role, server)
+
+
+def run_node(cfg: NodeConfig) -> None:
+    """Run until SIGINT/SIGTERM (or a role thread crash); then stop cleanly."""
+    node = start_node(cfg)
+    done = threading.Event()
+
+    def on_stop(signum: int, _frame: Any) -> None:
+        log.info("signal %d: stopping", signum)
+        node.ctx.stop.set()
+
+    def on_pause(_signum: int, _frame: Any) -> None:
+        pause = getattr(node.role, "pause", None)
+        if pause is not None:
+            pause()
+
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGUSR1, on_pause)
+    if node.status_url:
+        print(f"status {node.status_url}/status  metrics {node.status_url}/metrics", flush=True)
+    try:
+        while not node.ctx.stop.wait(0.5):
+            pass
+    finally:
+        node.close()
+        done.set()
+    log.info("stopped")

@@ -1,0 +1,179 @@
+"""A node's live status: one thread-safe record that feeds both the JSON status and Prometheus metrics.
+
+Roles write into :class:`NodeStatus` (counters, gauges, bounded per-version series); the HTTP
+endpoint (:mod:`p2prl.node.http`) serves ``snapshot()`` as JSON and the same numbers as Prometheus
+metrics, so the dashboard and a scraper never disagree.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+MAX_SERIES = 256  # versions kept in per-version series (reward, hashes)
+MAX_LABELS = 64  # distinct reasons / miners kept in labelled counters
+
+
+class NodeStatus:
+    """Everything a node reports about itself; every method is safe to call from any thread."""
+
+    def __init__(self, role: str, key: str, network_id: str) -> None:
+        self._lock = threading.Lock()
+        self.started = time.time()
+        self._info: dict[str, Any] = {
+            "role": role,
+            "key": key,
+            "network_id": network_id,
+            "peer_id": "",
+            "addrs": [],
+            "version": 0,
+            "weights_hash": "",
+            "trainer_version": 0,
+            "sync_state": "starting",
+            "peers": 0,
+            "buffer_groups": 0,
+        }
+        self._counters: dict[str, int] = {}
+        self._labelled: dict[str, dict[str, int]] = {}  # e.g. rejected{reason}, dropped{reason}
+        self._gauges: dict[str, float] = {}
+        self._scores: dict[str, int] = {}
+        self._reward: OrderedDict[int, list[float]] = OrderedDict()  # version -> [sum, count]
+        self._hashes: OrderedDict[int, str] = OrderedDict()  # version -> weights hash (trainer)
+        self._transfers: dict[str, dict[str, int]] = {}
+
+    # -- writers ---------------------------------------------------------
+    def set(self, **kw: Any) -> None:
+        with self._lock:
+            self._info.update(kw)
+
+    def incr(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counters[name] = self._counters.get(name, 0) + n
+
+    def incr_label(self, name: str, label: str, n: int = 1) -> None:
+        """Count by label (a rejection reason, a drop reason); the number of labels is bounded."""
+        with self._lock:
+            d = self._labelled.setdefault(name, {})
+            if label not in d and len(d) >= MAX_LABELS:
+                label = "other"
+            d[label] = d.get(label, 0) + n
+
+    def gauge(self, name: str, value: float) -> None:
+        with self._lock:
+            self._gauges[name] = float(value)
+
+    def set_scores(self, scores: dict[str, int]) -> None:
+        with self._lock:
+            self._scores = dict(list(scores.items())[: MAX_LABELS * 64])
+
+    def add_reward(self, version: int, total: float, count: int) -> None:
+        """Record ``count`` rewards summing to ``total`` for rollouts made at ``version``."""
+        if count <= 0:
+            return
+        with self._lock:
+            s = self._reward.setdefault(version, [0.0, 0])
+            s[0] += total
+            s[1] += count
+            self._reward = OrderedDict(sorted(self._reward.items()))
+            while len(self._reward) > MAX_SERIES:
+                self._reward.popitem(last=False)
+
+    def record_hash(self, version: int, weights_hash: str) -> None:
+        with self._lock:
+            self._hashes[version] = weights_hash
+            while len(self._hashes) > MAX_SERIES:
+                self._hashes.popitem(last=False)
+
+    def transfer(self, blob_id: str, done: int, total: int) -> None:
+        """Progress of a running transfer; ``done >= total`` removes it."""
+        with self._lock:
+            if done >= total:
+                self._transfers.pop(blob_id, None)
+            elif blob_id in self._transfers or len(self._transfers) < MAX_LABELS:
+                self._transfers[blob_id] = {"done": int(done), "total": int(total)}
+
+    # -- readers ---------------------------------------------------------
+    def get(self, name: str, default: Any = None) -> Any:
+        with self._lock:
+            if name in self._info:
+                return self._info[name]
+            return self._counters.get(name, default)
+
+    def counter(self, name: str) -> int:
+        with self._lock:
+            return self._counters.get(name, 0)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            out = dict(self._info)
+            out["lag"] = max(0, int(out["trainer_version"]) - int(out["version"]))
+            out["uptime_s"] = round(time.time() - self.started, 1)
+            out["counters"] = dict(self._counters)
+            out["labelled"] = {k: dict(v) for k, v in self._labelled.items()}
+            out["gauges"] = dict(self._gauges)
+            out["scores"] = dict(self._scores)
+            out["reward_by_version"] = {
+                str(v): {"mean": s[0] / s[1], "count": s[1]} for v, s in self._reward.items()
+            }
+            out["hashes"] = {str(v): h for v, h in self._hashes.items()}
+            out["transfers"] = {k: dict(v) for k, v in self._transfers.items()}
+            return out
+
+
+class StatusCollector:
+    """Prometheus collector over a NodeStatus (registered in a per-node registry)."""
+
+    def __init__(self, status: NodeStatus) -> None:
+        self.status = status
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        s = self.status.snapshot()
+        labels = ["role", "key"]
+        base = [s["role"], s["key"][:16]]
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(f"p2prl_{name}", doc, labels=labels)
+            g.add_metric(base, float(value))
+            return g
+
+        yield gauge("version", "Weights version this node serves/trains.", s["version"])
+        yield gauge("trainer_version", "Newest trainer version this node has seen.", s["trainer_version"])
+        yield gauge("sync_lag_versions", "Trainer version minus own version.", s["lag"])
+        yield gauge("peers", "Connected libp2p peers.", s["peers"])
+        yield gauge("uptime_seconds", "Seconds since the node started.", s["uptime_s"])
+        yield gauge("buffer_groups", "Rollout groups in the trainer's replay buffer.", s["buffer_groups"])
+        for name, value in sorted(s["gauges"].items()):
+            yield gauge(name, f"{name} (see docs/NODE.md).", value)
+        for name, value in sorted(s["counters"].items()):
+            c = CounterMetricFamily(f"p2prl_{name}", f"{name} (see docs/NODE.md).", labels=labels)
+            c.add_metric(base, float(value))
+            yield c
+        for name, by in sorted(s["labelled"].items()):
+            c = CounterMetricFamily(f"p2prl_{name}", f"{name} by reason.", labels=[*labels, "reason"])
+            for reason, value in sorted(by.items()):
+                c.add_metric([*base, reason], float(value))
+            yield c
+        sc = GaugeMetricFamily("p2prl_miner_score", "Per-miner score (validator window).", labels=["miner"])
+        for miner, value in sorted(s["scores"].items()):
+            sc.add_metric([miner[:16]], float(value))
+        yield sc
+        rw = GaugeMetricFamily(
+            "p2prl_reward_mean", "Mean task reward of the newest version with rollouts.", labels=labels
+        )
+        if s["reward_by_version"]:
+            last = max(s["reward_by_version"], key=int)
+            rw.add_metric(base, s["reward_by_version"][last]["mean"])
+        yield rw
+
+
+def make_registry(status: NodeStatus) -> Any:
+    from prometheus_client import CollectorRegistry
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(StatusCollector(status))  # type: ignore[arg-type]
+    return reg

@@ -1,0 +1,242 @@
+"""Weight sync for miners and validators: stage the next version beside the live one, switch on demand.
+
+The sync thread follows the newest trainer-signed manifest: it plans a path (fast path: the next
+patches; slow path after a gap or a hash mismatch: the newest anchor and the patches after it),
+fetches the blobs (peers first, S3 after), applies them into a *staging copy* and checks the result
+hash. Only a complete, verified version becomes ``staged``; the role takes it with
+:meth:`WeightSync.take_staged` at a safe point between batches, so nothing ever runs on a
+half-applied model. Each staged version is saved to disk first, so a restart resumes from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from p2prl.node.context import NodeContext
+from p2prl.node.manifests import ManifestBook
+from p2prl.node.weights import Weights, save_weights
+from p2prl.patch.errors import PatchError
+from p2prl.patch.hashing import weights_hash
+from p2prl.protocol.messages import PatchManifest
+
+log = logging.getLogger(__name__)
+
+S3_POLL_S = 5.0
+MAX_BACKOFF_S = 10.0
+MAX_STAGED = 8  # versions staged but not yet taken (only the newest few matter)
+
+
+class SyncError(Exception):
+    """A sync attempt that failed (missing manifests, a failed fetch, a bad patch)."""
+
+
+class WeightSync:
+    def __init__(
+        self,
+        ctx: NodeContext,
+        book: ManifestBook,
+        start: Weights,
+        weights_dir: Path,
+        *,
+        on_staged: Callable[[Weights], None] | None = None,
+        consecutive: bool = False,
+    ) -> None:
+        self.ctx = ctx
+        self.book = book
+        self.weights_dir = Path(weights_dir)
+        self.on_staged = on_staged
+        self.consecutive = consecutive  # stage every version (validators check batches of each)
+        self._lock = threading.Lock()
+        self._current = start
+        self._staged: list[Weights] = []
+        self._slow = False
+        self._last_s3 = 0.0
+        self._failures = 0
+        ctx.status.set(version=start.version, weights_hash=start.hash, sync_state="synced")
+
+    # -- what the role sees ------------------------------------------------------
+    @property
+    def current(self) -> Weights:
+        with self._lock:
+            return self._current
+
+    def take_staged(self) -> Weights | None:
+        """The newest complete verified version if there is one; it becomes current."""
+        staged = self.take_all_staged()
+        return staged[-1] if staged else None
+
+    def take_all_staged(self) -> list[Weights]:
+        """Every version staged since the last call, oldest first; the newest becomes current."""
+        with self._lock:
+            out, self._staged = self._staged, []
+            if out:
+                self._current = out[-1]
+        if out:
+            self.ctx.status.set(version=out[-1].version, weights_hash=out[-1].hash)
+            self._set_state()
+        return out
+
+    def target_version(self) -> int:
+        m = self.book.newest()
+        return m.version if m else self.current.version
+
+    # -- the sync thread ---------------------------------------------------------
+    def run(self) -> None:
+        ctx = self.ctx
+        backoff = 0.5
+        while not ctx.stop.is_set():
+            self._poll_s3()
+            base = self._base()
+            target = self.book.newest()
+            self._set_state()
+            if target is None or target.version <= base.version:
+                self.book.changed.wait(1.0)
+                self.book.changed.clear()
+                continue
+            if self.consecutive and not self._slow and base.hash:
+                nxt = self.book.get(base.version + 1, "delta")
+                if nxt is not None and nxt.base_hash == base.hash:
+                    target = nxt
+            try:
+                w = self.advance(base, target)
+            except Exception as e:  # a bad patch or a failed fetch never stops the loop
+                self._failures += 1
+                ctx.status.incr("sync_failures")
+                ctx.status.incr_label("sync_failed", _reason(e))
+                log.warning("sync v%d -> v%d failed: %s", base.version, target.version, e)
+                if isinstance(e, (SyncError, PatchError)):
+                    self._slow = True  # retry from an anchor: a gap, a bad patch or a hash mismatch
+                ctx.stop.wait(backoff)
+                backoff = min(MAX_BACKOFF_S, backoff * 2)
+                continue
+            backoff = 0.5
+            save_weights(w, self.weights_dir)
+            with self._lock:
+                self._staged.append(w)
+                del self._staged[:-MAX_STAGED]
+            self._slow = False
+            ctx.status.record_hash(w.version, w.hash)
+            self._retain(w.version)
+            if self.on_staged is not None:
+                self.on_staged(w)
+            self._set_state()
+
+    def _base(self) -> Weights:
+        with self._lock:
+            return self._staged[-1] if self._staged else self._current
+
+    def _set_state(self) -> None:
+        m = self.book.newest()
+        tv = max(m.version if m else 0, self.current.version)
+        with self._lock:
+            staged = bool(self._staged)
+        cur = self.current.version
+        if staged:
+            state = "staged"
+        elif tv > cur:
+            state = "slow_path" if self._slow else "fetching"
+        else:
+            state = "synced"
+        self.ctx.status.set(trainer_version=tv, sync_state=state)
+
+    def _poll_s3(self) -> None:
+        """Pick up manifests from the S3 mirror (late joiners, lost gossip); all are verified."""
+        s3 = getattr(self.ctx.net, "s3", None)
+        now = time.monotonic()
+        if s3 is None or now - self._last_s3 < S3_POLL_S:
+            return
+        self._last_s3 = now
+        try:
+            ready = s3.ready_versions()
+        except Exception as e:
+            self.ctx.status.incr_label("s3_errors", type(e).__name__)
+            log.debug("s3 listing failed: %s", e)
+            return
+        have = set(self.book.versions())
+        newest = max(ready, default=-1)
+        if newest <= self._base().version:
+            return
+        anchor_interval = int(self.ctx.g.patch.get("anchor_interval", 10))
+        wanted = [v for v in ready if v > newest - 2 * anchor_interval - 1 and v not in have]
+        for v in sorted(wanted)[-4 * anchor_interval :]:
+            try:
+                self.book.add(s3.get_manifest(v))
+            except Exception as e:
+                self.ctx.status.incr_label("dropped", "s3_manifest")
+                log.warning("s3 manifest v%d rejected: %s", v, e)
+
+    # -- one sync step -----------------------------------------------------------
+    def advance(self, base: Weights, target: PatchManifest) -> Weights:
+        """Build the verified weights of ``target`` from ``base`` (or from an anchor)."""
+        from p2prl.patch.chain import materialize, plan_sync
+
+        manifests = self.book.all()
+        t0 = time.monotonic()
+        have_v, have_h = (None, None) if self._slow else (base.version, base.hash)
+        plan = plan_sync(have_v, have_h, manifests, target.version)
+        if not plan:
+            raise SyncError(f"no path to v{target.version} from v{base.version} with the manifests held")
+        starts_at_anchor = plan[0].kind == "anchor"
+        if starts_at_anchor:
+            self.ctx.status.incr("slow_path_syncs")
+        nbytes = 0
+        for m in plan:
+            nbytes += m.blob.size
+            self._fetch(m)
+        t1 = time.monotonic()
+        if starts_at_anchor:
+            state = materialize(None, plan, self.ctx.store.get)
+        else:
+            state = materialize(base.state, plan, self.ctx.store.get, start_hash=base.hash)
+        got = weights_hash(state)
+        if got != target.result_hash:
+            self.ctx.status.incr("hash_mismatches")
+            raise SyncError(f"hash mismatch after applying to v{target.version}")
+        t2 = time.monotonic()
+        st = self.ctx.status
+        st.incr("patches_applied", len(plan))
+        st.incr("patch_bytes_total", nbytes)
+        st.gauge("patch_last_bytes", plan[-1].blob.size)
+        st.gauge("patch_apply_ms", (t2 - t1) * 1000)
+        st.gauge("patch_fetch_ms", (t1 - t0) * 1000)
+        log.info(
+            "synced v%d -> v%d (%d blobs, %d bytes, fetch %.0f ms, apply %.0f ms)",
+            base.version,
+            target.version,
+            len(plan),
+            nbytes,
+            (t1 - t0) * 1000,
+            (t2 - t1) * 1000,
+        )
+        return Weights(target.version, got, state)
+
+    def _fetch(self, m: PatchManifest) -> None:
+        ref = m.blob
+        st = self.ctx.status
+        if self.ctx.store.has(ref.id):
+            return
+
+        def progress(done: int, total: int) -> None:
+            st.transfer(ref.id, done, total)
+
+        try:
+            self.ctx.net.fetch(ref, timeout=self.ctx.config.fetch_timeout_s, on_progress=progress)
+        finally:
+            st.transfer(ref.id, 1, 1)
+        self.ctx.store.pin([ref.id])
+
+    def _retain(self, version: int) -> None:
+        """Forget manifests (and unpin blobs) well behind ``version``; keeps what peers may still ask for."""
+        interval = int(self.ctx.g.patch.get("anchor_interval", 10))
+        floor = version - max(2 * interval, 16)
+        if floor > 0:
+            self.ctx.store.unpin(self.book.prune_below(floor))
+
+
+def _reason(e: BaseException) -> str:
+    name = type(e).__name__
+    return name[:32]

@@ -1,0 +1,351 @@
+"""The trainer: verified rollouts in, GRPO steps, one signed patch per published version out.
+
+Threads, so training never waits on I/O:
+
+- pump: keeps recent announcements (to know each blob's ref) and, for every verdict signed by a
+  genesis validator, queues the blob for fetching with the group indices that verdict accepted;
+- fetch: fetches a queued rollout blob from the swarm, decodes it strictly, and puts the accepted
+  groups into the replay buffer (a blob is consumed once, whatever the number of verdicts);
+- train: samples the buffer, runs a GRPO step, and hands the newest bf16 state to the publisher
+  (a one-slot mailbox: if the publisher is busy, a newer state replaces the waiting one);
+- publish: encodes the patch (or anchor), signs the manifest, stores and serves the blob, gossips
+  the manifest, mirrors to S3, applies retention, and checkpoints the master weights.
+
+A restart resumes the chain where it stopped (the publisher's state is on disk) and the master
+weights from the newest checkpoint; the version never goes backwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+import torch
+
+from p2prl.node.common import genesis_base_hash
+from p2prl.node.context import NodeContext, NodeStartError, Pump
+from p2prl.node.weights import load_base_model, sha256_of_state
+from p2prl.patch.hashing import weights_hash
+from p2prl.protocol.messages import RolloutAnnouncement, Verdict
+
+log = logging.getLogger(__name__)
+
+ANNOUNCE_CACHE = 2048  # recent announcements kept to resolve verdicts' blob ids
+FETCH_QUEUE = 256
+REANNOUNCE_S = 10.0
+
+
+class Mailbox:
+    """A one-slot handoff where a newer item replaces an older one not yet taken."""
+
+    def __init__(self) -> None:
+        self._item: Any = None
+        self._cond = threading.Condition()
+
+    def put(self, item: Any) -> None:
+        with self._cond:
+            self._item = item
+            self._cond.notify_all()
+
+    def take(self, timeout: float) -> Any:
+        with self._cond:
+            if self._item is None:
+                self._cond.wait(timeout)
+            item, self._item = self._item, None
+            return item
+
+    @property
+    def empty(self) -> bool:
+        with self._cond:
+            return self._item is None
+
+
+def batch_to_groups(data: bytes, accepted: set[int], miner_hex: str, version: int) -> list[Any]:
+    """The accepted groups of a rollout blob as RolloutGroups (strict decoder; header must match)."""
+    from p2prl.proof.batch import decode_batch
+    from p2prl.rl.types import Rollout, RolloutGroup
+
+    batch = decode_batch(data)
+    if batch.version != version or batch.miner.hex() != miner_hex:
+        raise ValueError("batch header does not match its announcement")
+    out = []
+    for gi, g in enumerate(batch.groups):
+        if gi not in accepted:
+            continue
+        rolls = [
+            Rollout(r.completion_ids.tolist(), r.logprobs.astype(float).tolist(), float(r.reward))
+            for r in g.rollouts
+        ]
+        out.append(RolloutGroup(g.prompt_ids.tolist(), rolls, batch.version, miner_hex))
+    return out
+
+
+class Trainer:
+    def __init__(self, ctx: NodeContext) -> None:
+        from p2prl.patch.chain import ChainPublisher
+        from p2prl.rl.buffer import ReplayBuffer
+        from p2prl.rl.grpo import GRPOConfig, GRPOTrainer
+
+        self.ctx = ctx
+        cfg = ctx.config
+        self.dir = ctx.data_dir / "trainer"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        model, self.tok, base = load_base_model(cfg.model_cache_dir)
+        base_hash = weights_hash(base)
+        if base_hash != genesis_base_hash(ctx):
+            raise NodeStartError(
+                f"the base model here hashes to {base_hash[:16]}…, genesis says {genesis_base_hash(ctx)[:16]}…"
+            )
+        gkw: dict[str, Any] = {"temperature": int(ctx.g.generation.get("temperature_milli", 1000)) / 1000}
+        if cfg.lr > 0:
+            gkw["lr"] = cfg.lr
+        self.grpo = GRPOTrainer(model, GRPOConfig(**gkw), pad_id=self.tok.pad_id)
+        self.ckpt = self.dir / "checkpoint.pt"
+        patch = ctx.g.patch
+        self.chain = ChainPublisher(
+            self.dir / "chain",
+            ctx.identity,
+            ctx.network_id,
+            anchor_interval=int(patch.get("anchor_interval", 10)),
+            chunk_size=int(patch.get("chunk_size", 1 << 20)),
+            keep_versions=cfg.keep_versions,
+            store=ctx.store,
+        )
+        self._base = base  # published as version 0 (an anchor) by the publish thread on a fresh chain
+        self.version = self.chain.version if self.chain.version is not None else 0
+        self._resume_master()
+        self.buffer = ReplayBuffer(max_staleness=int(ctx.g.max_staleness), half_life=1.0)
+        self.batch_groups = cfg.train_batch_groups or int(ctx.g.generation.get("groups_per_batch", 8))
+        self.announcements: OrderedDict[str, tuple[RolloutAnnouncement, str, str]] = OrderedDict()
+        self.consumed: OrderedDict[str, None] = OrderedDict()
+        self.fetch_q: queue.Queue[tuple[RolloutAnnouncement, str, set[int], str]] = queue.Queue(FETCH_QUEUE)
+        self.mailbox = Mailbox()
+        self.paused = threading.Event()
+        self.buffer_lock = threading.Lock()
+        self.steps = 0
+        self._last_publish = 0.0
+        self._last_reannounce = 0.0
+        ctx.status.set(version=self.version, trainer_version=self.version, sync_state="training")
+        self._record_head()
+
+    # -- pump thread ------------------------------------------------------------------------
+    def on_announcement(self, item: Any) -> None:
+        ann: RolloutAnnouncement = item.message
+        origin = getattr(item, "origin", item.from_peer)
+        self.announcements[ann.blob.id] = (ann, item.envelope.signer_hex, origin)
+        while len(self.announcements) > ANNOUNCE_CACHE:
+            self.announcements.popitem(last=False)
+
+    def on_verdict(self, item: Any) -> None:
+        v: Verdict = item.message
+        if item.envelope.signer not in self.ctx.genesis.validator_keys:  # the net layer checks this too
+            self.ctx.status.incr_label("dropped", "verdict_signer")
+            return
+        self.ctx.status.incr("verdicts_received")
+        if v.blob_id in self.consumed:
+            return
+        held = self.announcements.get(v.blob_id)
+        accepted = {g["index"] for g in v.groups if g["accepted"]}
+        if held is None:
+            self.ctx.status.incr_label("dropped", "verdict_unknown_blob")
+            return
+        ann, miner, origin = held
+        if miner != v.miner or ann.version != v.version:
+            self.ctx.status.incr_label("dropped", "verdict_mismatch")
+            return
+        if not accepted:
+            return
+        self.consumed[v.blob_id] = None
+        while len(self.consumed) > 4 * ANNOUNCE_CACHE:
+            self.consumed.popitem(last=False)
+        try:
+            self.fetch_q.put_nowait((ann, miner, accepted, origin))
+        except queue.Full:
+            self.ctx.status.incr_label("dropped", "fetch_queue_full")
+
+    # -- fetch thread -------------------------------------------------------------------------
+    def fetch_loop(self) -> None:
+        ctx = self.ctx
+        while not ctx.stop.is_set():
+            try:
+                ann, miner, accepted, origin = self.fetch_q.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if self.version - ann.version > int(ctx.g.max_staleness):
+                ctx.status.incr_label("dropped", "stale_rollouts")
+                continue
+            try:
+                ctx.net.add_provider_hint(ann.blob.id, origin)
+                ctx.net.fetch(ann.blob, timeout=min(ctx.config.fetch_timeout_s, 20.0))
+                groups = batch_to_groups(ctx.store.get(ann.blob.id), accepted, miner, ann.version)
+            except Exception as e:
+                ctx.status.incr_label("rollout_fetch_failed", type(e).__name__)
+                log.warning("rollout blob %s unusable: %s", ann.blob.id[:12], e)
+                continue
+            with self.buffer_lock:
+                for grp in groups:
+                    self.buffer.add(grp)
+            rewards = [r.reward for g in groups for r in g.rollouts]
+            ctx.status.add_reward(ann.version, sum(rewards), len(rewards))
+            ctx.status.incr("groups_consumed", len(groups))
+            ctx.status.incr("rollouts_consumed", len(rewards))
+
+    # -- train thread --------------------------------------------------------------------------
+    def train_loop(self) -> None:
+        ctx = self.ctx
+        cfg = ctx.config
+        while not ctx.stop.is_set():
+            if self.paused.is_set() or (cfg.max_versions and self.version >= cfg.max_versions):
+                ctx.stop.wait(0.5)
+                continue
+            with self.buffer_lock:
+                self.buffer.evict(self.version)
+                size = len(self.buffer)
+                groups = (
+                    self.buffer.sample(self.version, self.batch_groups) if size >= self.batch_groups else []
+                )
+            ctx.status.set(buffer_groups=size)
+            if not groups:
+                ctx.stop.wait(0.2)
+                continue
+            t0 = time.monotonic()
+            stats = self.grpo.step(groups)
+            self.steps += 1
+            ctx.status.incr("train_steps")
+            ctx.status.gauge("train_step_ms", (time.monotonic() - t0) * 1000)
+            for k in ("loss", "clip_frac", "kl", "grad_norm", "reward_mean"):
+                if isinstance(stats.get(k), (int, float)):
+                    ctx.status.gauge(f"train_{k}", float(stats[k]))
+            if stats.get("skipped"):
+                ctx.status.incr("train_steps_skipped")  # no group had reward variance: nothing learned
+                continue
+            if time.monotonic() - self._last_publish >= cfg.min_publish_s and self.mailbox.empty:
+                self.mailbox.put(self.grpo.published_state())
+
+    # -- publish thread --------------------------------------------------------------------------
+    def publish_loop(self) -> None:
+        ctx = self.ctx
+        if self.chain.version is None:
+            self.publish(self._base)  # version 0: the genesis base model, as an anchor
+        self._base = None
+        while not ctx.stop.is_set():
+            state = self.mailbox.take(timeout=0.5)
+            if state is None:
+                self._maybe_reannounce()
+                continue
+            if self.paused.is_set():
+                continue
+            self.publish(state)
+
+    def publish(self, state: dict[str, torch.Tensor]) -> Any:
+        """Publish ``state`` as the next version: sign, store, serve, gossip, mirror, retain, checkpoint."""
+        ctx = self.ctx
+        t0 = time.monotonic()
+        pv = self.chain.publish(state)
+        for item in pv.items:  # the chain stored and pinned the blobs in our store
+            ctx.net.serve(item.manifest.blob)
+            ctx.publish_raw("manifests", item.envelope)
+        m = pv.manifest
+        self._last_publish = time.monotonic()
+        self.version = m.version
+        ctx.status.set(version=m.version, trainer_version=m.version, weights_hash=m.result_hash)
+        ctx.status.record_hash(m.version, m.result_hash)
+        self._record_sha(m.version, state)
+        ctx.status.incr("versions_published")
+        ctx.status.incr("patch_bytes_total", m.blob.size)
+        ctx.status.gauge("patch_last_bytes", m.blob.size)
+        ctx.status.gauge("publish_ms", (time.monotonic() - t0) * 1000)
+        self._retention()
+        for item in pv.items:
+            self._mirror(m.version, item.envelope, item.manifest.blob.id, item.blob)
+        if m.version % max(1, ctx.config.checkpoint_every) == 0:
+            self.grpo.save(self.ckpt)
+        log.info("published v%d (%s, %d bytes)", m.version, m.kind, m.blob.size)
+        return pv
+
+    def _resume_master(self) -> None:
+        """Master weights: the checkpoint if there is one, else the chain's last published weights."""
+        if self.ckpt.exists():
+            try:
+                self.grpo.load(self.ckpt)
+                self.ctx.status.incr("restarts_resumed")
+                log.info("restored master weights and optimizer from %s", self.ckpt)
+                return
+            except Exception as e:
+                log.warning("checkpoint %s unusable (%s); resuming from the published weights", self.ckpt, e)
+        if self.chain.state is not None:
+            self.grpo.load_published(self.chain.state)
+            self.ctx.status.incr("restarts_resumed")
+
+    def _record_head(self) -> None:
+        head = self.chain.state
+        if head is not None:
+            self.ctx.status.set(weights_hash=weights_hash(head))
+            self.ctx.status.record_hash(self.version, weights_hash(head))
+            self._record_sha(self.version, head)
+
+    def _record_sha(self, version: int, state: dict[str, torch.Tensor]) -> None:
+        sha = sha256_of_state(state)
+        self.ctx.status.set(weights_sha256=sha)
+        with self.buffer_lock:
+            shas = dict(self.ctx.status.get("sha256_by_version") or {})
+            shas[str(version)] = sha
+            for k in sorted(shas, key=int)[:-64]:
+                del shas[k]
+        self.ctx.status.set(sha256_by_version=shas)
+
+    def _retention(self) -> None:
+        dropped = self.chain.prune()
+        if dropped:
+            self.ctx.status.incr("blobs_retired", len(dropped))
+
+    def _mirror(self, version: int, envelope: bytes, blob_id: str, blob: bytes) -> None:
+        s3 = getattr(self.ctx.net, "s3", None)
+        if s3 is None:
+            return
+        try:
+            s3.publish_version(version, envelope, {blob_id: blob})
+            self.ctx.status.incr("s3_versions_mirrored")
+        except Exception as e:  # S3 is a fallback: an outage must not stop training
+            self.ctx.status.incr_label("s3_errors", type(e).__name__)
+            log.warning("S3 mirror of v%d failed: %s", version, e)
+
+    def _maybe_reannounce(self) -> None:
+        """Gossip is lossy: re-send the newest manifests now and then (peers drop duplicates)."""
+        now = time.monotonic()
+        if now - self._last_reannounce < REANNOUNCE_S:
+            return
+        self._last_reannounce = now
+        for env in self.recent_envelopes():
+            self.ctx.publish_raw("manifests", env)
+
+    def recent_envelopes(self) -> list[bytes]:
+        """The newest anchor's manifest and every manifest after it: all a late joiner needs."""
+        env = dict(self.chain.envelopes)
+        anchors = [v for v, k in env if k == "anchor"]
+        floor = max(anchors, default=0)
+        return [e for (v, _k), e in sorted(env.items()) if v >= floor][-64:]
+
+    def pause(self) -> None:
+        """Stop publishing new versions (keep serving); used to let miners catch up."""
+        self.paused.set()
+        self.ctx.status.set(paused=True, sync_state="paused")
+
+    def holds(self) -> list[str]:
+        return [m.blob.id for m in self.chain.index.all()][-64:]
+
+    def start(self) -> None:
+        pump = Pump(
+            self.ctx,
+            {RolloutAnnouncement.TYPE: self.on_announcement, Verdict.TYPE: self.on_verdict},
+            self.holds,
+            lambda: self.version,
+        )
+        self.ctx.spawn("pump", pump.run)
+        self.ctx.spawn("fetch", self.fetch_loop)
+        self.ctx.spawn("train", self.train_loop)
+        self.ctx.spawn("publish", self.publish_loop)

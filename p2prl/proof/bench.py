@@ -1,0 +1,395 @@
+"""``p2prl bench proof``: acceptance of honest and dishonest miners, on two model configurations.
+
+Every case runs real generation with ``HFEngine`` (KV cache) and real validation (one batched full
+forward); the dishonest miners are built from the same parts with one thing changed.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from p2prl.proof.batch import build_batch
+from p2prl.proof.fingerprint import SKETCH_DIM
+from p2prl.proof.miner import PreparedBatch, announce, mine_batch
+from p2prl.proof.validate import RolloutValidator, ValidatorConfig
+
+CASES = (
+    "honest_b1",
+    "honest_b8",
+    "honest_b32",
+    "honest_threads",
+    "other_weights",
+    "perturbed_weights",
+    "other_model_tokens",
+    "tampered_reward",
+    "copied",
+    "stale_k1",
+    "stale_k2",
+    "stale_k4",
+    "stale_k8",
+    "stale_k16",
+)
+STALE_KS = (1, 2, 4, 8, 16)
+GROUP_SIZE = 8
+MINER_A = bytes(range(32))
+MINER_B = bytes(range(32, 64))
+
+# A second configuration, ~25M parameters. Random init at std 0.02 gives near-uniform next-token
+# distributions (any token is about as likely as any other, so no test can tell whose tokens they
+# are); std 0.1 gives the peaked distributions of a trained model.
+BIG_ARCH = {
+    "hidden_size": 512,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+    "initializer_range": 0.1,
+}
+
+
+@dataclass
+class ModelSetup:
+    name: str
+    model: Any
+    tokenizer: Any
+    task: Any
+    params: Any  # GenerationParams
+    other: Any  # same architecture, other weights
+
+
+def _qwen(arch: dict[str, Any], vocab: int, seed: int) -> Any:
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=vocab, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, **arch)
+    return Qwen2ForCausalLM(cfg).to(torch.bfloat16).eval()
+
+
+def setups(cache_dir: Path, which: tuple[str, ...]) -> list[ModelSetup]:
+    from p2prl.rl.engine import GenerationParams
+    from p2prl.rl.model import ARCH, build_default_model, load_model
+    from p2prl.rl.tasks import get_task
+
+    out = []
+    if "tiny" in which:
+        model, tok = load_model(build_default_model(cache_dir))
+        out.append(
+            ModelSetup(
+                "tiny",
+                model,
+                tok,
+                get_task("addition", digits=2),
+                GenerationParams(max_new_tokens=4, temperature=1.0),
+                _qwen(ARCH, tok.vocab_size, 7),
+            )
+        )
+    if "big" in which:
+        from p2prl.rl.tokenizer import CharTokenizer
+
+        tok = CharTokenizer()
+        out.append(
+            ModelSetup(
+                "big",
+                _qwen(BIG_ARCH, tok.vocab_size, 0),
+                tok,
+                get_task("addition", digits=2),
+                GenerationParams(max_new_tokens=24, temperature=1.0),
+                _qwen(BIG_ARCH, tok.vocab_size, 1),
+            )
+        )
+    return out
+
+
+def manifest_of(model: Any) -> str:
+    from p2prl.rl.model import unique_state, weights_hash
+
+    return weights_hash(unique_state(model))
+
+
+def int8_round_trip(model: Any) -> Any:
+    """Per-row absmax int8 quantization of every matrix, and back to bf16."""
+    import torch
+
+    q = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in q.parameters():
+            if p.dim() == 2:
+                s = p.float().abs().amax(1, keepdim=True).clamp(min=1e-12) / 127
+                p.copy_((torch.round(p.float() / s).clamp(-127, 127) * s).to(p.dtype))
+    return q
+
+
+def fp16_changed_fraction(model: Any) -> float:
+    """Fraction of bf16 weights an fp16 round trip changes (bf16 values inside fp16's range survive)."""
+    import torch
+
+    changed = total = 0
+    for p in model.parameters():
+        rt = p.detach().to(torch.float16).to(p.dtype)
+        changed += int((rt.view(torch.int16) != p.detach().view(torch.int16)).sum())
+        total += p.numel()
+    return changed / total
+
+
+def train_versions(setup: ModelSetup, n: int, lr: float, seed: int = 0) -> list[Any]:
+    """``n + 1`` bf16 versions from GRPO-shaped AdamW steps on fp32 master weights.
+
+    Each step samples 4 prompts x 8 completions from the current bf16 policy and ascends
+    ``sum(advantage * logprob)`` with group-normalized advantages (the task reward plus a little
+    noise, so the random-init model, which never scores, still gets GRPO-sized gradients).
+    """
+    import torch
+
+    from p2prl.rl.engine import HFEngine
+    from p2prl.rl.tasks import derive_seed
+
+    gen = torch.Generator().manual_seed(seed)
+    master = copy.deepcopy(setup.model).float().train()
+    opt = torch.optim.AdamW(master.parameters(), lr=lr, weight_decay=0.0)
+    versions = [copy.deepcopy(setup.model)]
+    tok = setup.tokenizer
+    for step in range(n):
+        policy = versions[-1]
+        engine = HFEngine(policy, tok, return_hidden=False)
+        probs = [setup.task.problem(derive_seed("00" * 32, b"trainer", step * 4 + i)) for i in range(4)]
+        prompts = [tok.encode(p.prompt) for p in probs]
+        groups = engine.generate(prompts, GROUP_SIZE, replace(setup.params, seed=step))
+        seqs, advs, starts = [], [], []
+        for prob, prompt, group in zip(probs, prompts, groups, strict=True):
+            r = torch.tensor([setup.task.reward(prob, tok.decode(s.completion_ids)) for s in group])
+            r = r + 0.1 * torch.randn(len(group), generator=gen)
+            advs += ((r - r.mean()) / (r.std() + 1e-6)).tolist()
+            seqs += [prompt + s.completion_ids for s in group]
+            starts += [len(prompt)] * len(group)
+        width = max(len(s) for s in seqs)
+        ids = torch.zeros((len(seqs), width), dtype=torch.long)
+        weight = torch.zeros((len(seqs), width))
+        for i, (s, st, a) in enumerate(zip(seqs, starts, advs, strict=True)):
+            ids[i, : len(s)] = torch.tensor(s)
+            weight[i, st : len(s)] = a / len(seqs)
+        mask = (torch.arange(width) < torch.tensor([len(s) for s in seqs])[:, None]).long()
+        logits = master(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+        lp = torch.log_softmax(logits, -1).gather(2, ids[:, 1:, None]).squeeze(2)
+        loss = -(lp * weight[:, 1:]).sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        nxt = copy.deepcopy(policy)
+        with torch.no_grad():
+            for (_, pb), (_, pm) in zip(nxt.named_parameters(), master.named_parameters(), strict=True):
+                pb.copy_(pm.to(pb.dtype))
+        versions.append(nxt.eval())
+    return versions
+
+
+def _groups_for(n_rollouts: int) -> list[int]:
+    return list(range(max(1, -(-n_rollouts // GROUP_SIZE))))
+
+
+def _count(verdict: Any, prepared: PreparedBatch) -> tuple[int, int]:
+    n = prepared.batch.n_rollouts
+    return n, verdict.accepted_rollouts
+
+
+def _forge_other_tokens(setup: ModelSetup, version: int, mh: str, indices: list[int]) -> PreparedBatch:
+    """Tokens sampled from another model, then proved (hidden states, logprobs) with the right one."""
+    from p2prl.rl.engine import HFEngine, Sample, teacher_forced
+
+    other = mine_batch(
+        HFEngine(setup.other, setup.tokenizer),
+        setup.task,
+        version,
+        mh,
+        MINER_A,
+        indices,
+        GROUP_SIZE,
+        setup.params,
+    )
+    groups = []
+    p = setup.params
+    for g in other.batch.groups:
+        prompt = g.prompt_ids.tolist()
+        samples = []
+        for r in g.rollouts:
+            ids = r.completion_ids.tolist()
+            lp, h = teacher_forced(setup.model, prompt, ids, p.temperature, p.top_p)
+            samples.append(Sample(prompt, ids, lp.tolist(), h))
+        groups.append((g.index, prompt, samples, [r.reward for r in g.rollouts]))
+    return announce(build_batch(version, mh, MINER_A, groups))
+
+
+def run_setup(setup: ModelSetup, n_rollouts: int, lr: float, log: Any = print) -> dict[str, Any]:
+    """All cases for one model; returns ``{case: (n, accepted)}`` plus timings and details."""
+    import torch
+
+    from p2prl.rl.engine import HFEngine
+
+    threads = torch.get_num_threads()
+    res: dict[str, Any] = {"cases": {}, "details": {}}
+    p = setup.params
+    cfg = ValidatorConfig(
+        max_new_tokens=p.max_new_tokens,
+        temperature=p.temperature,
+        top_p=p.top_p,
+        group_size=GROUP_SIZE,
+        max_staleness=4,
+    )
+    mh = manifest_of(setup.model)
+    idx = _groups_for(n_rollouts)
+
+    def validator() -> RolloutValidator:
+        return RolloutValidator.for_model(setup.model, setup.tokenizer, setup.task, 5, mh, config=cfg)
+
+    def judge(
+        case: str, prepared: PreparedBatch, v: RolloutValidator | None = None, key: bytes = MINER_A
+    ) -> Any:
+        v = v or validator()
+        t0 = time.perf_counter()
+        verdict = v.check(prepared.announcement, key, prepared.blob, 5)
+        dt = time.perf_counter() - t0
+        n, acc = _count(verdict, prepared)
+        res["cases"][case] = (n, acc)
+        res["details"][case] = {"reasons": verdict.reasons(), "verify_s": dt, **verdict.stats}
+        log(f"  {setup.name:5s} {case:20s} {acc:4d}/{n:<4d} {verdict.reasons()}")
+        return verdict
+
+    # honest, at three engine batch sizes (the validator always runs one padded full forward)
+    for case, bs in (("honest_b1", 1), ("honest_b8", 8), ("honest_b32", 32)):
+        eng = HFEngine(setup.model, setup.tokenizer, max_batch=bs)
+        t0 = time.perf_counter()
+        prepared = mine_batch(eng, setup.task, 5, mh, MINER_A, idx, GROUP_SIZE, replace(p, seed=bs))
+        gen_s = time.perf_counter() - t0
+        judge(case, prepared)
+        res["details"][case]["generate_s"] = gen_s
+    torch.set_num_threads(1)  # the miner on one thread, the validator on all
+    try:
+        prepared = mine_batch(
+            HFEngine(setup.model, setup.tokenizer, max_batch=8),
+            setup.task,
+            5,
+            mh,
+            MINER_A,
+            idx,
+            GROUP_SIZE,
+            replace(p, seed=11),
+        )
+    finally:
+        torch.set_num_threads(threads)
+    judge("honest_threads", prepared)
+
+    prepared = mine_batch(
+        HFEngine(setup.other, setup.tokenizer), setup.task, 5, mh, MINER_A, idx, GROUP_SIZE, p
+    )
+    judge("other_weights", prepared)
+    prepared = mine_batch(
+        HFEngine(int8_round_trip(setup.model), setup.tokenizer),
+        setup.task,
+        5,
+        mh,
+        MINER_A,
+        idx,
+        GROUP_SIZE,
+        p,
+    )
+    judge("perturbed_weights", prepared)
+    res["details"]["fp16_round_trip_changed_fraction"] = fp16_changed_fraction(setup.model)
+    judge("other_model_tokens", _forge_other_tokens(setup, 5, mh, idx))
+
+    honest = mine_batch(
+        HFEngine(setup.model, setup.tokenizer, max_batch=32),
+        setup.task,
+        5,
+        mh,
+        MINER_A,
+        idx,
+        GROUP_SIZE,
+        replace(p, seed=99),
+    )
+    tampered = copy.deepcopy(honest.batch)
+    for g in tampered.groups:
+        g.rollouts[0].reward = 1.0 - g.rollouts[0].reward
+    judge("tampered_reward", announce(tampered))
+
+    v = validator()
+    v.check(honest.announcement, MINER_A, honest.blob, 5)  # the original is seen first
+    stolen = copy.deepcopy(honest.batch)
+    stolen.miner = MINER_B
+    judge("copied", announce(stolen), v, key=MINER_B)
+
+    # stale: generate with version current - k, claim the current version
+    t0 = time.perf_counter()
+    versions = train_versions(setup, max(STALE_KS), lr)
+    res["details"]["train_versions_s"] = time.perf_counter() - t0
+    cur = versions[-1]
+    cur_mh = manifest_of(cur)
+    res["details"]["changed_fraction_per_version"] = _changed_fraction(versions[-2], cur)
+    stale_cfg_validator = RolloutValidator.for_model(cur, setup.tokenizer, setup.task, 5, cur_mh, config=cfg)
+    for k in STALE_KS:
+        old = versions[-1 - k]
+        prepared = mine_batch(
+            HFEngine(old, setup.tokenizer, max_batch=32),
+            setup.task,
+            5,
+            cur_mh,
+            MINER_A,
+            idx,
+            GROUP_SIZE,
+            replace(p, seed=100 + k),
+        )
+        judge(f"stale_k{k}", prepared, stale_cfg_validator)
+    n = res["cases"]["honest_b32"][0]
+    res["verify_seconds_per_rollout"] = res["details"]["honest_b32"]["verify_s"] / n
+    res["generate_seconds_per_rollout"] = res["details"]["honest_b32"]["generate_s"] / n
+    tokens = honest.batch.n_completion_tokens
+    res["blob_bytes_per_token"] = len(honest.blob) / tokens
+    res["mean_completion_tokens"] = tokens / honest.batch.n_rollouts
+    return res
+
+
+def _changed_fraction(a: Any, b: Any) -> float:
+    import torch
+
+    changed = total = 0
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        changed += int((pa.detach().view(torch.int16) != pb.detach().view(torch.int16)).sum())
+        total += pa.numel()
+    return changed / total
+
+
+def run(
+    cache_dir: Path, n_rollouts: int, models: tuple[str, ...], lr: float, log: Any = print
+) -> dict[str, Any]:
+    """The whole benchmark; the JSON object ``p2prl bench proof --json`` prints."""
+    per_model = {}
+    for s in setups(cache_dir, models):
+        log(f"model {s.name}: {sum(p.numel() for p in s.model.parameters()) / 1e6:.1f}M parameters")
+        per_model[s.name] = run_setup(s, n_rollouts, lr, log)
+    cases = []
+    for c in CASES:
+        n = sum(r["cases"][c][0] for r in per_model.values())
+        acc = sum(r["cases"][c][1] for r in per_model.values())
+        cases.append({"case": c, "n": n, "accepted": acc})
+    ver = [r["verify_seconds_per_rollout"] for r in per_model.values()]
+    gen = [r["generate_seconds_per_rollout"] for r in per_model.values()]
+    return {
+        "cases": cases,
+        "verify_seconds_per_rollout": float(np.mean(ver)),
+        "generate_seconds_per_rollout": float(np.mean(gen)),
+        "commitment_bytes_per_token": SKETCH_DIM,
+        "models": {
+            name: {
+                "cases": [{"case": c, "n": r["cases"][c][0], "accepted": r["cases"][c][1]} for c in CASES],
+                **{k: v for k, v in r.items() if k != "cases"},
+            }
+            for name, r in per_model.items()
+        },
+        "settings": {"rollouts_per_case": n_rollouts, "group_size": GROUP_SIZE, "lr": lr},
+    }

@@ -1,0 +1,54 @@
+"""The miner's side of the proof: generate groups for derived prompts, score them, commit, announce."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from p2prl.proof.batch import RolloutBatch, build_batch, commitment_root, encode_batch
+from p2prl.protocol.blobs import blob_ref_for
+from p2prl.protocol.messages import RolloutAnnouncement
+
+
+@dataclass
+class PreparedBatch:
+    batch: RolloutBatch
+    blob: bytes
+    announcement: RolloutAnnouncement
+
+
+def announce(batch: RolloutBatch) -> PreparedBatch:
+    """Encode a batch and the RolloutAnnouncement (to be signed by the miner) that names it."""
+    blob = encode_batch(batch)
+    ann = RolloutAnnouncement(
+        version=batch.version,
+        manifest_hash=batch.manifest_hash,
+        blob=blob_ref_for(blob),
+        groups=len(batch.groups),
+        commitment_root=commitment_root(batch),
+    )
+    return PreparedBatch(batch, blob, ann)
+
+
+def mine_batch(
+    engine: Any,
+    task: Any,
+    version: int,
+    manifest_hash: str,
+    miner_key: bytes,
+    indices: list[int],
+    group_size: int,
+    params: Any,
+) -> PreparedBatch:
+    """Generate ``group_size`` completions for each of the miner's derived prompts ``indices``."""
+    from p2prl.rl.tasks import derive_seed
+
+    tok = engine.tokenizer
+    problems = [task.problem(derive_seed(manifest_hash, miner_key, i)) for i in indices]
+    prompts = [tok.encode(p.prompt) for p in problems]
+    samples = engine.generate(prompts, group_size, params)
+    groups = []
+    for i, prob, prompt, group in zip(indices, problems, prompts, samples, strict=True):
+        rewards = [task.reward(prob, tok.decode(s.completion_ids)) for s in group]
+        groups.append((i, prompt, group, rewards))
+    return announce(build_batch(version, manifest_hash, miner_key, groups))

@@ -1,0 +1,467 @@
+"""The validator's checks of a miner's rollout batch, each failure named by a stable reason code.
+
+Order: cheap checks first (blob hash, version, header, commitment root, prompts, rewards, sizes,
+duplicates), then one batched teacher-forced forward pass over the surviving rollouts, from which the
+fingerprint, the behaviour logprobs and the distribution of the chosen tokens are checked. A group is
+accepted only when every rollout in it passes. Reasons in ``HARD_FAILURES`` prove misbehaviour (an
+honest miner never produces them) and zero the miner's score window; the others (stale, a version
+this validator does not hold, a blob that does not match its announcement) are not the miner's fault
+for sure and only drop the batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from p2prl.proof.batch import BatchError, BatchLimits, RolloutBatch, commitment_root, decode_batch
+from p2prl.proof.fingerprint import SKETCH_DIM, differences, sketch
+from p2prl.protocol.messages import RolloutAnnouncement, Verdict
+
+OK = "ok"
+# transport / bookkeeping (soft)
+BLOB_MISMATCH = "blob_mismatch"
+STALE = "stale"
+FUTURE_VERSION = "future_version"
+UNKNOWN_VERSION = "unknown_version"
+MANIFEST_MISMATCH = "manifest_mismatch"
+# the miner signed something wrong (hard)
+BATCH_MALFORMED = "batch_malformed"
+BATCH_OVERSIZED = "batch_oversized"
+BATCH_VOCAB = "batch_vocab"
+HEADER_MISMATCH = "header_mismatch"
+GROUP_COUNT = "group_count"
+COMMITMENT_MISMATCH = "commitment_mismatch"
+DUPLICATE_INDEX = "duplicate_index"
+GROUP_SIZE = "group_size"
+LENGTH = "length"
+PROMPT_MISMATCH = "prompt_mismatch"
+REWARD = "reward"
+DUPLICATE = "duplicate"
+COPIED = "copied"
+FINGERPRINT = "fingerprint"
+LOGPROB = "logprob"
+DISTRIBUTION = "distribution"
+NOT_CHECKED = "not_checked"  # another group of the same batch failed hard
+
+HARD_FAILURES = frozenset(
+    {
+        BATCH_MALFORMED,
+        BATCH_OVERSIZED,
+        BATCH_VOCAB,
+        HEADER_MISMATCH,
+        GROUP_COUNT,
+        COMMITMENT_MISMATCH,
+        DUPLICATE_INDEX,
+        GROUP_SIZE,
+        LENGTH,
+        PROMPT_MISMATCH,
+        REWARD,
+        DUPLICATE,
+        COPIED,
+        FINGERPRINT,
+        LOGPROB,
+        DISTRIBUTION,
+    }
+)
+
+
+@dataclass(frozen=True)
+class ValidatorConfig:
+    """Tolerances and bounds. Defaults are calibrated by ``p2prl bench proof`` (docs/PROOF.md)."""
+
+    max_staleness: int = 4
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    group_size: int | None = None  # rollouts per group; None accepts 1..limits.max_rollouts_per_group
+    # fingerprint: relative error of the hidden state, estimated from the sketches
+    fingerprint_tol: float = 0.011  # rms over all checked positions of a group
+    fingerprint_tol_rollout: float = 0.02  # rms over one rollout's checked positions
+    positions_per_rollout: int = 64  # 0 = every position
+    # behaviour logprobs vs recomputed
+    logprob_tol_mean: float = 0.02
+    logprob_tol_max: float = 0.25
+    # chosen tokens: Fisher's combination of per-token tail probabilities, rejected below this p-value
+    distribution_alpha: float = 1e-6
+    # a repeated (prompt, completion) is a copy when its probability under the model is below this
+    # (two honest draws of it then collide with probability < copy_max_prob**2 per pair)
+    copy_max_prob: float = 1e-9
+    seen_capacity: int = 1 << 20
+    forward_batch: int = 32
+    sketch_dim: int = SKETCH_DIM
+    limits: BatchLimits = field(default_factory=BatchLimits)
+
+
+@dataclass(frozen=True)
+class GroupVerdict:
+    index: int  # position of the group in the batch
+    accepted: bool
+    reason: str
+
+
+@dataclass
+class BatchVerdict:
+    groups: list[GroupVerdict]
+    valid_groups: list[Any]  # p2prl.rl.types.RolloutGroup
+    hard_failure: bool = False
+    unique_rollouts: int = 0
+    stats: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def accepted_rollouts(self) -> int:
+        return sum(len(g.rollouts) for g in self.valid_groups)
+
+    def reasons(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for g in self.groups:
+            out[g.reason] = out.get(g.reason, 0) + 1
+        return out
+
+
+# (manifest hash, model) of a version, or None when the validator does not hold it
+VersionSource = Callable[[int], "tuple[str, Any] | None"]
+
+
+class SeenIndex:
+    """Bounded LRU of ``sha256(prompt ‖ completion)`` -> (miner key, blob id) of its first sighting."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._d: OrderedDict[bytes, tuple[bytes, str]] = OrderedDict()
+
+    @staticmethod
+    def key(prompt_ids: np.ndarray, completion_ids: np.ndarray) -> bytes:
+        h = hashlib.sha256(np.asarray(prompt_ids, dtype="<u4").tobytes())
+        h.update(b"\xff\xff\xff\xff")
+        h.update(np.asarray(completion_ids, dtype="<u4").tobytes())
+        return h.digest()
+
+    def get(self, key: bytes) -> tuple[bytes, str] | None:
+        v = self._d.get(key)
+        if v is not None:
+            self._d.move_to_end(key)
+        return v
+
+    def add(self, key: bytes, miner: bytes, blob_id: str) -> None:
+        if key in self._d:
+            return
+        self._d[key] = (miner, blob_id)
+        while len(self._d) > self.capacity:
+            self._d.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+def fisher_log_pvalue(log_tails: np.ndarray) -> float:
+    """log P(χ²(2n) ≥ -2 Σ log π): Fisher's combination of n per-token tail probabilities π."""
+    n = int(log_tails.size)
+    if n == 0:
+        return 0.0
+    half = float(-np.sum(log_tails))  # x / 2
+    if half <= 0:
+        return 0.0
+    i = np.arange(n)
+    terms = i * math.log(half) - np.array([math.lgamma(k + 1) for k in range(n)])
+    m = float(terms.max())
+    return -half + m + math.log(float(np.exp(terms - m).sum()))
+
+
+class RolloutValidator:
+    """Checks miners' batches against the model of the version they claim.
+
+    ``versions(v)`` returns ``(manifest hash, model)`` for a version the validator holds. Fingerprint
+    positions come from ``position_secret`` (random unless given, e.g. a signature by the validator's
+    key) hashed with the blob id, so the miner cannot know them when it commits.
+    """
+
+    def __init__(
+        self,
+        versions: VersionSource,
+        tokenizer: Any,
+        task: Any,
+        config: ValidatorConfig | None = None,
+        position_secret: bytes | None = None,
+    ) -> None:
+        self.versions = versions
+        self.tokenizer = tokenizer
+        self.task = task
+        self.config = config or ValidatorConfig()
+        self.position_secret = position_secret if position_secret is not None else os.urandom(32)
+        self.seen = SeenIndex(self.config.seen_capacity)
+        # (version, miner, prompt index) already accepted: a miner earns each derived prompt once
+        self.used_slots: OrderedDict[tuple[int, bytes, int], None] = OrderedDict()
+
+    @classmethod
+    def for_model(
+        cls, model: Any, tokenizer: Any, task: Any, version: int, manifest_hash: str, **kw: Any
+    ) -> RolloutValidator:
+        """A validator holding one version's model."""
+        return cls(lambda v: (manifest_hash, model) if v == version else None, tokenizer, task, **kw)
+
+    # -- the whole batch -------------------------------------------------------------------------
+    def check(
+        self, announcement: RolloutAnnouncement, miner_key: bytes, batch_bytes: bytes, current_version: int
+    ) -> BatchVerdict:
+        """Judge a batch whose signed announcement ``decode_message`` already verified."""
+        ann, cfg = announcement, self.config
+        n = ann.groups
+        if len(batch_bytes) != ann.blob.size or hashlib.sha256(batch_bytes).hexdigest() != ann.blob.id:
+            return _all(n, BLOB_MISMATCH)
+        if ann.version > current_version:
+            return _all(n, FUTURE_VERSION)
+        if current_version - ann.version > cfg.max_staleness:
+            return _all(n, STALE)
+        held = self.versions(ann.version)
+        if held is None:
+            return _all(n, UNKNOWN_VERSION)
+        manifest_hash, model = held
+        if manifest_hash != ann.manifest_hash:
+            return _all(n, MANIFEST_MISMATCH)
+        try:
+            batch = decode_batch(batch_bytes, self._limits())
+        except BatchError as e:
+            return _all(n, e.reason, hard=True)
+        if (
+            batch.version != ann.version
+            or batch.manifest_hash != ann.manifest_hash
+            or batch.miner != miner_key
+        ):
+            return _all(n, HEADER_MISMATCH, hard=True)
+        if len(batch.groups) != n:
+            return _all(n, GROUP_COUNT, hard=True)
+        if commitment_root(batch) != ann.commitment_root:
+            return _all(n, COMMITMENT_MISMATCH, hard=True)
+        return self._check_groups(batch, model, ann.blob.id)
+
+    def _limits(self) -> BatchLimits:
+        lim = self.config.limits
+        vocab = getattr(self.tokenizer, "vocab_size", lim.vocab_size)
+        return BatchLimits(
+            max_groups=lim.max_groups,
+            max_rollouts_per_group=lim.max_rollouts_per_group,
+            max_prompt_tokens=lim.max_prompt_tokens,
+            max_completion_tokens=min(lim.max_completion_tokens, self.config.max_new_tokens),
+            max_total_tokens=lim.max_total_tokens,
+            max_decoded_bytes=lim.max_decoded_bytes,
+            vocab_size=min(lim.vocab_size, vocab),
+            sketch_dim=self.config.sketch_dim,
+        )
+
+    # -- per group -------------------------------------------------------------------------------
+    def _check_groups(self, batch: RolloutBatch, model: Any, blob_id: str) -> BatchVerdict:
+        from p2prl.rl.tasks import derive_seed
+
+        cfg = self.config
+        reasons: list[str] = [OK] * len(batch.groups)
+        problems: list[Any] = [None] * len(batch.groups)
+        seen_idx: set[int] = set()
+        for gi, g in enumerate(batch.groups):
+            slot = (batch.version, batch.miner, g.index)
+            if g.index in seen_idx or slot in self.used_slots:
+                reasons[gi] = DUPLICATE_INDEX
+                continue
+            seen_idx.add(g.index)
+            if cfg.group_size is not None and len(g.rollouts) != cfg.group_size:
+                reasons[gi] = GROUP_SIZE
+                continue
+            problem = self.task.problem(derive_seed(batch.manifest_hash, batch.miner, g.index))
+            problems[gi] = problem
+            if self.tokenizer.encode(problem.prompt) != g.prompt_ids.tolist():
+                reasons[gi] = PROMPT_MISMATCH
+                continue
+            for r in g.rollouts:
+                ids = r.completion_ids.tolist()
+                if len(ids) > cfg.max_new_tokens or self.tokenizer.eos_id in ids[:-1]:
+                    reasons[gi] = LENGTH
+                    break
+                if self.task.reward(problem, self.tokenizer.decode(ids)) != r.reward:
+                    reasons[gi] = REWARD
+                    break
+        todo = [
+            (gi, ri)
+            for gi, g in enumerate(batch.groups)
+            if reasons[gi] == OK
+            for ri in range(len(g.rollouts))
+        ]
+        results = self._model_checks(batch, model, todo, blob_id)
+        fp_sq: dict[int, list[float]] = {}
+        stats = {"fingerprint_err_max": 0.0, "logprob_err_max": 0.0, "distribution_logp_min": 0.0}
+        unique = [0] * len(batch.groups)
+        local: dict[bytes, int] = {}  # this batch's (prompt, completion) keys -> first group
+        for (gi, ri), res in zip(todo, results, strict=True):
+            fp_sq.setdefault(gi, []).append(res["fp_sq"])
+            fp_sq[gi].append(res["fp_n"])
+            stats["fingerprint_err_max"] = max(stats["fingerprint_err_max"], res["fp_rollout"])
+            stats["logprob_err_max"] = max(stats["logprob_err_max"], res["lp_max"])
+            stats["distribution_logp_min"] = min(stats["distribution_logp_min"], res["dist_logp"])
+            if reasons[gi] != OK:
+                continue
+            if res["fp_rollout"] > cfg.fingerprint_tol_rollout:
+                reasons[gi] = FINGERPRINT
+            elif res["lp_mean"] > cfg.logprob_tol_mean or res["lp_max"] > cfg.logprob_tol_max:
+                reasons[gi] = LOGPROB
+            elif res["dist_logp"] < math.log(cfg.distribution_alpha):
+                reasons[gi] = DISTRIBUTION
+            else:
+                g = batch.groups[gi]
+                key = SeenIndex.key(g.prompt_ids, g.rollouts[ri].completion_ids)
+                prev = self.seen.get(key)
+                first = local.get(key)
+                if prev is None and (first is None or first == gi):
+                    unique[gi] += int(first is None)
+                elif res["seq_logprob"] < math.log(cfg.copy_max_prob):
+                    reasons[gi] = COPIED if prev is not None and prev[0] != batch.miner else DUPLICATE
+                local.setdefault(key, gi)
+        for gi, v in fp_sq.items():
+            sq, cnt = sum(v[0::2]), sum(v[1::2])
+            err = math.sqrt(sq / cnt) if cnt else 0.0
+            stats["fingerprint_err_group_max"] = max(stats.get("fingerprint_err_group_max", 0.0), err)
+            stats["fingerprint_err_group_min"] = min(stats.get("fingerprint_err_group_min", math.inf), err)
+            if reasons[gi] == OK and err > cfg.fingerprint_tol:
+                reasons[gi] = FINGERPRINT
+        verdict = self._verdict(batch, reasons, problems, unique, stats)
+        for key, gi in local.items():  # only accepted content claims a place in the index
+            if verdict.groups[gi].accepted:
+                self.seen.add(key, batch.miner, blob_id)
+        for g, gv in zip(batch.groups, verdict.groups, strict=True):
+            if gv.accepted:
+                self.used_slots[(batch.version, batch.miner, g.index)] = None
+                while len(self.used_slots) > self.config.seen_capacity:
+                    self.used_slots.popitem(last=False)
+        return verdict
+
+    def _verdict(
+        self,
+        batch: RolloutBatch,
+        reasons: list[str],
+        problems: list[Any],
+        unique: list[int],
+        stats: dict[str, float],
+    ) -> BatchVerdict:
+        from p2prl.rl.types import Rollout, RolloutGroup
+
+        hard = any(r in HARD_FAILURES for r in reasons)
+        if hard:  # a batch that lies anywhere earns nothing anywhere
+            reasons = [r if r != OK else NOT_CHECKED for r in reasons]
+        groups, valid, n_unique = [], [], 0
+        for gi, (g, reason) in enumerate(zip(batch.groups, reasons, strict=True)):
+            ok = reason == OK
+            groups.append(GroupVerdict(gi, ok, reason))
+            if ok:
+                n_unique += unique[gi]
+                rolls = [
+                    Rollout(r.completion_ids.tolist(), r.logprobs.astype(float).tolist(), r.reward)
+                    for r in g.rollouts
+                ]
+                valid.append(
+                    RolloutGroup(g.prompt_ids.tolist(), rolls, batch.version, batch.miner.hex(), problems[gi])
+                )
+        return BatchVerdict(groups, valid, hard, n_unique, stats)
+
+    # -- the forward pass ------------------------------------------------------------------------
+    def _positions(self, blob_id: str, gi: int, ri: int, n: int) -> np.ndarray:
+        k = self.config.positions_per_rollout
+        if k <= 0 or k >= n:
+            return np.arange(n)
+        seed = hashlib.sha256(
+            self.position_secret + bytes.fromhex(blob_id) + gi.to_bytes(4, "big") + ri.to_bytes(4, "big")
+        )
+        rng = np.random.default_rng(int.from_bytes(seed.digest()[:8], "big"))
+        return np.sort(rng.choice(n, size=k, replace=False))
+
+    def _model_checks(
+        self, batch: RolloutBatch, model: Any, todo: list[tuple[int, int]], blob_id: str
+    ) -> list[dict[str, float]]:
+        cfg = self.config
+        out: list[dict[str, float]] = []
+        for start in range(0, len(todo), cfg.forward_batch):
+            chunk = todo[start : start + cfg.forward_batch]
+            seqs = [
+                (batch.groups[gi].prompt_ids, batch.groups[gi].rollouts[ri].completion_ids)
+                for gi, ri in chunk
+            ]
+            for (gi, ri), (hidden, logits) in zip(chunk, forward_states(model, seqs), strict=True):
+                r = batch.groups[gi].rollouts[ri]
+                out.append(
+                    self._rollout_stats(
+                        batch, r, hidden, logits, self._positions(blob_id, gi, ri, len(hidden))
+                    )
+                )
+        return out
+
+    def _rollout_stats(
+        self, batch: RolloutBatch, r: Any, hidden: Any, logits: Any, pos: np.ndarray
+    ) -> dict[str, float]:
+        import torch
+
+        from p2prl.rl.engine import processed_logprobs
+
+        cfg = self.config
+        d = differences(r.sketches[pos], sketch(hidden[pos], batch.manifest_hash, batch.sketch_dim))
+        fp_sq, fp_n = float(np.sum(d * d)), float(d.size)
+        tgt = torch.as_tensor(r.completion_ids.astype(np.int64))[:, None]
+        t = cfg.temperature if cfg.temperature > 0 else 1.0
+        lp = processed_logprobs(logits, t, cfg.top_p).gather(1, tgt).squeeze(1).double().numpy()
+        lp_err = np.abs(lp - r.logprobs.astype(np.float64))
+        # tail probability of each chosen token under the temperature-scaled distribution (no top-p:
+        # that only makes honest tokens look likelier, so the test stays conservative)
+        probs = torch.softmax(logits.float() / t, dim=-1).double()
+        p_x = probs.gather(1, tgt)
+        tails = (probs * (probs <= p_x * (1 + 1e-6))).sum(-1).clamp(min=1e-300).log().numpy()
+        return {
+            "fp_sq": fp_sq,
+            "fp_n": fp_n,
+            "fp_rollout": math.sqrt(fp_sq / fp_n) if fp_n else 0.0,
+            "lp_mean": float(lp_err.mean()),
+            "lp_max": float(lp_err.max()),
+            "dist_logp": fisher_log_pvalue(tails),
+            "seq_logprob": float(lp.sum()),
+        }
+
+
+def forward_states(model: Any, seqs: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[Any, Any]]:
+    """One batched full forward (right padding, no cache): per sequence the float32 last hidden states
+    ``[n, d]`` and logits ``[n, V]`` at the positions that produced each completion token."""
+    import torch
+
+    dev = next(model.parameters()).device
+    lens = [len(p) + len(c) for p, c in seqs]
+    width = max(lens)
+    ids = torch.zeros((len(seqs), width), dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, (p, c) in enumerate(seqs):
+        ids[i, : lens[i]] = torch.as_tensor(np.concatenate([p, c]).astype(np.int64))
+        mask[i, : lens[i]] = 1
+    head = model.get_output_embeddings()
+    with torch.no_grad():
+        h = model.base_model(
+            input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False
+        ).last_hidden_state
+        out = []
+        for i, (p, c) in enumerate(seqs):
+            hs = h[i, len(p) - 1 : len(p) - 1 + len(c)]
+            out.append((hs.float().cpu(), head(hs).float().cpu()))
+    return out
+
+
+def _all(n: int, reason: str, hard: bool = False) -> BatchVerdict:
+    return BatchVerdict([GroupVerdict(i, False, reason) for i in range(n)], [], hard)
+
+
+def to_verdict(bv: BatchVerdict, announcement: RolloutAnnouncement, miner_key: bytes) -> Verdict:
+    """The signed-ready Verdict body for gossip."""
+    return Verdict(
+        blob_id=announcement.blob.id,
+        miner=miner_key.hex(),
+        version=announcement.version,
+        groups=tuple({"index": g.index, "accepted": g.accepted, "reason": g.reason} for g in bv.groups),
+    )

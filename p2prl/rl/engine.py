@@ -1,0 +1,221 @@
+"""Rollout engines: sample completions with behaviour logprobs and the hidden states a proof needs.
+
+``HFEngine`` runs any ``transformers`` causal LM on CPU (or GPU) with its own batched sampling loop
+over a KV cache, so the logprobs it reports are exactly those of the distribution it sampled from
+(after temperature and top-p) and each hidden state sits at the position that produced its token.
+``teacher_forced`` recomputes both with one full forward pass, as a validator does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from p2prl.rl.tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Sampling settings. ``temperature == 0`` is greedy (logprobs then reported at temperature 1)."""
+
+    max_new_tokens: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError("temperature must be >= 0 and top_p in (0, 1]")
+
+
+@dataclass
+class Sample:
+    """One completion: tokens (eos included when sampled), their behaviour logprobs, and the
+    float32 last-layer hidden states ``[len(completion_ids), d]`` whose logits produced each token."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    hidden: Tensor | None
+
+
+class RolloutEngine(Protocol):
+    """What a miner needs from an inference backend."""
+
+    model: Any
+
+    def generate(
+        self, prompts: list[list[int]], n_samples: int, params: GenerationParams
+    ) -> list[list[Sample]]:
+        """``n_samples`` completions per prompt, in prompt order."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        """Overwrite the weights in place (no reload); names as in the HF state dict."""
+        ...
+
+
+def processed_logprobs(logits: Tensor, temperature: float, top_p: float) -> Tensor:
+    """Log-probabilities of the distribution actually sampled: logits / T, then top-p renormalized."""
+    logits = logits.float()
+    if temperature > 0:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, dim=-1)
+    if top_p < 1.0:
+        sorted_lp, order = torch.sort(logp, dim=-1, descending=True)
+        cum = sorted_lp.exp().cumsum(dim=-1)
+        drop_sorted = (cum - sorted_lp.exp()) >= top_p  # keep the smallest prefix reaching top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logp = torch.log_softmax(logp.masked_fill(drop, float("-inf")), dim=-1)
+    return logp
+
+
+def copy_state_in_place(model: torch.nn.Module, state: Mapping[str, Tensor]) -> None:
+    """Copy ``state`` into the model's tensors (dtype-converting); unknown or missing names raise.
+
+    A name may be absent only when its tensor is tied to one that is present (e.g. ``lm_head.weight``).
+    """
+    own = model.state_dict()
+    unknown = set(state) - set(own)
+    if unknown:
+        raise KeyError(f"unknown weights: {sorted(unknown)[:5]}")
+    present_ptrs = {own[k].data_ptr() for k in state}
+    missing = [k for k in own if k not in state and own[k].data_ptr() not in present_ptrs]
+    if missing:
+        raise KeyError(f"missing weights: {missing[:5]}")
+    with torch.no_grad():
+        for k, v in state.items():
+            if tuple(v.shape) != tuple(own[k].shape):
+                raise ValueError(f"shape mismatch for {k}: {tuple(v.shape)} vs {tuple(own[k].shape)}")
+            own[k].copy_(v)
+
+
+def _lm_head(model: Any) -> torch.nn.Module:
+    head = model.get_output_embeddings()
+    if head is None:
+        raise ValueError("model has no output embedding")
+    return head
+
+
+class HFEngine:
+    """Batched sampling with a ``transformers`` causal LM: left padding, KV cache, seeded generator."""
+
+    def __init__(
+        self, model: Any, tokenizer: Tokenizer, return_hidden: bool = True, max_batch: int = 512
+    ) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.return_hidden = return_hidden
+        self.max_batch = max_batch
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        copy_state_in_place(self.model, state)
+
+    @torch.no_grad()
+    def generate(
+        self, prompts: list[list[int]], n_samples: int, params: GenerationParams
+    ) -> list[list[Sample]]:
+        if n_samples < 1:
+            raise ValueError("n_samples must be >= 1")
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("empty prompt")
+        rows = [p for p in prompts for _ in range(n_samples)]
+        gen = torch.Generator(device="cpu").manual_seed(params.seed)
+        flat: list[Sample] = []
+        for start in range(0, len(rows), self.max_batch):
+            flat.extend(self._generate_batch(rows[start : start + self.max_batch], params, gen))
+        return [flat[i * n_samples : (i + 1) * n_samples] for i in range(len(prompts))]
+
+    def _generate_batch(
+        self, rows: list[list[int]], params: GenerationParams, gen: torch.Generator
+    ) -> list[Sample]:
+        dev = self.device
+        bsz, width = len(rows), max(len(r) for r in rows)
+        pad, eos = self.tokenizer.pad_id, self.tokenizer.eos_id
+        ids = torch.full((bsz, width), pad, dtype=torch.long)
+        mask = torch.zeros((bsz, width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, width - len(r) :] = torch.tensor(r)
+            mask[i, width - len(r) :] = 1
+        ids, mask = ids.to(dev), mask.to(dev)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        base, head = self.model.base_model, _lm_head(self.model)
+        out = base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        cache, h = out.past_key_values, out.last_hidden_state[:, -1]
+        last_pos = pos[:, -1]
+        tokens: list[Tensor] = []
+        lps: list[Tensor] = []
+        hiddens: list[Tensor] = []
+        done = torch.zeros(bsz, dtype=torch.bool, device=dev)
+        lengths = torch.full((bsz,), params.max_new_tokens, dtype=torch.long)
+        for t in range(params.max_new_tokens):
+            logits = head(h)
+            if params.temperature == 0:
+                logp = torch.log_softmax(logits.float(), dim=-1)
+                tok = logp.argmax(dim=-1)
+            else:
+                logp = processed_logprobs(logits, params.temperature, params.top_p)
+                tok = torch.multinomial(logp.exp().cpu(), 1, generator=gen).squeeze(1).to(dev)
+            tok = torch.where(done, torch.full_like(tok, pad), tok)
+            tokens.append(tok)
+            lps.append(logp.gather(1, tok[:, None]).squeeze(1))
+            if self.return_hidden:
+                hiddens.append(h.float())
+            newly = (~done) & (tok == eos)
+            lengths[newly.cpu()] = t + 1
+            done |= newly
+            if bool(done.all()) or t + 1 == params.max_new_tokens:
+                break
+            mask = torch.cat([mask, (~done).long()[:, None]], dim=1)
+            last_pos = last_pos + 1
+            out = base(
+                input_ids=tok[:, None],
+                attention_mask=mask,
+                position_ids=last_pos[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache, h = out.past_key_values, out.last_hidden_state[:, -1]
+        tok_m = torch.stack(tokens, 1).cpu()
+        lp_m = torch.stack(lps, 1).float().cpu()
+        hid_m = torch.stack(hiddens, 1).cpu() if self.return_hidden else None
+        samples = []
+        for i, r in enumerate(rows):
+            n = int(lengths[i])
+            samples.append(
+                Sample(
+                    prompt_ids=list(r),
+                    completion_ids=tok_m[i, :n].tolist(),
+                    logprobs=lp_m[i, :n].tolist(),
+                    hidden=hid_m[i, :n].clone() if hid_m is not None else None,
+                )
+            )
+        return samples
+
+
+@torch.no_grad()
+def teacher_forced(
+    model: Any, prompt_ids: list[int], completion_ids: list[int], temperature: float = 1.0, top_p: float = 1.0
+) -> tuple[Tensor, Tensor]:
+    """Logprobs ``[n]`` and float32 last hidden states ``[n, d]`` of a given completion, one full
+    forward pass without cache: what a validator compares against a miner's report."""
+    if not prompt_ids or not completion_ids:
+        raise ValueError("prompt and completion must be non-empty")
+    dev = next(model.parameters()).device
+    ids = torch.tensor([list(prompt_ids) + list(completion_ids)], dtype=torch.long, device=dev)
+    h = model.base_model(input_ids=ids, use_cache=False).last_hidden_state[0]
+    h = h[len(prompt_ids) - 1 : len(prompt_ids) - 1 + len(completion_ids)]
+    logits = _lm_head(model)(h)
+    logp = processed_logprobs(logits, temperature if temperature > 0 else 1.0, top_p)
+    tgt = torch.tensor(completion_ids, dtype=torch.long, device=dev)
+    return logp.gather(1, tgt[:, None]).squeeze(1).float().cpu(), h.float().cpu()

@@ -1,0 +1,147 @@
+"""Single-process loop: generate → reward → replay buffer → GRPO → bf16 publish, for the default demo.
+
+It runs the same pieces a network runs — miners sample from the bf16 published weights, the trainer
+steps fp32 master weights — without any transport, so learning can be checked on one machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from p2prl.rl.buffer import ReplayBuffer
+from p2prl.rl.engine import GenerationParams, HFEngine
+from p2prl.rl.evaluate import greedy_success
+from p2prl.rl.grpo import GRPOConfig, GRPOTrainer
+from p2prl.rl.model import DIGITS, build_default_model, load_model
+from p2prl.rl.tasks import derive_seed, get_task
+from p2prl.rl.types import Rollout, RolloutGroup
+
+DEFAULT_LR = 3e-4
+
+
+def default_cache_dir() -> Path:
+    """``$P2PRL_CACHE`` or ``~/.cache/p2prl``: where built models live."""
+    return Path(os.environ.get("P2PRL_CACHE", Path.home() / ".cache" / "p2prl"))
+
+
+@dataclass
+class LocalConfig:
+    minutes: float = 5.0
+    max_steps: int | None = None
+    lr: float = DEFAULT_LR
+    seed: int = 0
+    prompts_per_step: int = 32
+    samples_per_prompt: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = DIGITS + 2
+    eval_every: int = 0
+    eval_problems: int = 256
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    model_dir: Path | None = None
+
+
+def changed_fraction(prev: dict[str, Tensor], new: dict[str, Tensor]) -> float:
+    """Fraction of elements whose bit pattern differs between two published states (bit comparison)."""
+    changed = total = 0
+    for k, a in prev.items():
+        b = new[k]
+        ia, ib = a.view(torch.int16), b.view(torch.int16)
+        changed += int(torch.ne(ia, ib).sum())
+        total += a.numel()
+    return changed / max(total, 1)
+
+
+def version_hash(seed: int, version: int) -> str:
+    """Stand-in for a manifest hash in the local loop: distinct per (run seed, version)."""
+    return hashlib.sha256(f"p2prl-local:{seed}:{version}".encode()).hexdigest()
+
+
+def train_local(cfg: LocalConfig, on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run until ``minutes`` or ``max_steps``; returns the summary (see ``p2prl train-local --json``)."""
+    torch.manual_seed(cfg.seed)
+    model_dir = cfg.model_dir or build_default_model(cfg.cache_dir)
+    task = get_task("addition", digits=DIGITS)
+    master, tok = load_model(model_dir, dtype=torch.float32)
+    policy, _ = load_model(model_dir, dtype=torch.bfloat16)
+    trainer = GRPOTrainer(master, GRPOConfig(lr=cfg.lr, temperature=cfg.temperature), pad_id=tok.pad_id)
+    engine = HFEngine(policy, tok, return_hidden=False)
+    buffer = ReplayBuffer(max_staleness=2, half_life=1.0, capacity_groups=8 * cfg.prompts_per_step)
+    published = trainer.published_state()
+    engine.load_state_dict(published)
+    miner_key = b"local-miner"
+    history: list[dict[str, Any]] = []
+    fractions: list[float] = []
+    greedy_first = greedy_success(policy, tok, task, cfg.eval_problems, cfg.max_new_tokens)
+    greedy_last = greedy_first
+    t0 = time.monotonic()
+    deadline = t0 + cfg.minutes * 60
+    step = 0
+    while time.monotonic() < deadline and (cfg.max_steps is None or step < cfg.max_steps):
+        version = trainer.version
+        vh = version_hash(cfg.seed, version)
+        problems = [task.problem(derive_seed(vh, miner_key, i)) for i in range(cfg.prompts_per_step)]
+        prompts = [tok.encode(p.prompt) for p in problems]
+        params = GenerationParams(
+            cfg.max_new_tokens, cfg.temperature, cfg.top_p, seed=cfg.seed * 1_000_003 + step
+        )
+        samples = engine.generate(prompts, cfg.samples_per_prompt, params)
+        rewards = []
+        for prob, pid, group in zip(problems, prompts, samples, strict=True):
+            rolls = [
+                Rollout(s.completion_ids, s.logprobs, task.reward(prob, tok.decode(s.completion_ids)))
+                for s in group
+            ]
+            rewards.extend(r.reward for r in rolls)
+            buffer.add(RolloutGroup(pid, rolls, version=version, miner="local", problem=prob))
+        stats = trainer.step(buffer.sample(trainer.version, cfg.prompts_per_step))
+        step += 1
+        rec: dict[str, Any] = {
+            "step": step,
+            "version": version,
+            "elapsed_s": time.monotonic() - t0,
+            "reward": sum(rewards) / len(rewards),
+            **{k: stats[k] for k in ("loss", "clip_frac", "grad_norm", "skipped")},
+        }
+        if not stats["skipped"]:
+            new = trainer.published_state()
+            frac = changed_fraction(published, new)
+            fractions.append(frac)
+            engine.load_state_dict(new)
+            published = new
+            rec["changed_fraction"] = frac
+        if cfg.eval_every and step % cfg.eval_every == 0:
+            greedy_last = greedy_success(policy, tok, task, cfg.eval_problems, cfg.max_new_tokens)
+            rec["greedy"] = greedy_last
+        history.append(rec)
+        if on_step:
+            on_step(rec)
+    if not cfg.eval_every or (history and "greedy" not in history[-1]):
+        greedy_last = greedy_success(policy, tok, task, cfg.eval_problems, cfg.max_new_tokens)
+    tail = history[-max(1, len(history) // 10) :]
+    return {
+        "steps": step,
+        "versions": trainer.version,
+        "elapsed_s": time.monotonic() - t0,
+        "lr": cfg.lr,
+        "seed": cfg.seed,
+        "reward_first": history[0]["reward"] if history else None,
+        "reward_last": history[-1]["reward"] if history else None,
+        "reward_last_10pct": sum(r["reward"] for r in tail) / len(tail) if tail else None,
+        "greedy_first": greedy_first,
+        "greedy_last": greedy_last,
+        "changed_fraction_mean": sum(fractions) / len(fractions) if fractions else 0.0,
+        "changed_fraction_first": fractions[0] if fractions else 0.0,
+        "rollouts_per_step": cfg.prompts_per_step * cfg.samples_per_prompt,
+        "model_dir": str(model_dir),
+        "history": history,
+    }

@@ -1,0 +1,172 @@
+"""The default model: a tiny Qwen2-style char-level LM the project builds itself, plus local loading.
+
+No pretrained weights can be fetched, so ``build_default_model`` creates one from a fixed seed and
+warm-starts it on the default task with a short supervised run (fixed data, fixed step count) until
+it answers some problems but far from all — the regime where RL has something to learn. The result
+is a plain HF model directory (config.json, model.safetensors in bf16, tokenizer file) plus
+``p2prl_model.json`` recording its weights hash, so every node can check it holds the same base model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from p2prl.rl.tasks import AdditionTask
+from p2prl.rl.tokenizer import CharTokenizer, Tokenizer, load_tokenizer
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL_NAME = "p2prl-tiny-addition-v1"
+META_FILE = "p2prl_model.json"
+DIGITS = 2
+# Small on purpose: the network demo runs many processes on two shared cores.
+ARCH = {
+    "hidden_size": 64,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 64,
+}
+WARM_START = {"seed": 0, "steps": 400, "batch": 64, "lr": 3e-3}
+
+
+def unique_state(model: torch.nn.Module) -> dict[str, Tensor]:
+    """The state dict without tied aliases (``lm_head.weight`` when tied): each storage once."""
+    seen: set[int] = set()
+    out: dict[str, Tensor] = {}
+    for k, v in model.state_dict().items():
+        ptr = v.data_ptr()
+        if ptr in seen:
+            continue
+        seen.add(ptr)
+        out[k] = v
+    return out
+
+
+def weights_hash(state: Mapping[str, Tensor]) -> str:
+    """The network's weights hash (``p2prl.patch.hashing.weights_hash``: BLAKE3, canonical order)."""
+    from p2prl.patch.hashing import weights_hash as patch_hash
+
+    return str(patch_hash(state))
+
+
+def default_config(vocab_size: int) -> Any:
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=vocab_size,
+        tie_word_embeddings=True,
+        pad_token_id=CharTokenizer.pad_id,
+        eos_token_id=CharTokenizer.eos_id,
+        bos_token_id=None,
+        **ARCH,
+    )
+
+
+def _warm_start(model: Any, tok: CharTokenizer, task: AdditionTask) -> None:
+    """Supervised steps on ``a+b=`` → sum + eos with loss on the answer only (fixed data order)."""
+    cfg = WARM_START
+    gen = torch.Generator().manual_seed(cfg["seed"])
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.0)
+    model.train()
+    for _ in range(cfg["steps"]):
+        draws = torch.randint(0, 2**62, (cfg["batch"], 32), generator=gen)
+        seqs, starts = [], []
+        for row in draws:
+            prob = task.problem(row.numpy().tobytes())
+            p = tok.encode(prob.prompt)
+            seqs.append([*p, *tok.encode(prob.answer), tok.eos_id])
+            starts.append(len(p))
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), tok.pad_id, dtype=torch.long)
+        labels = torch.full((len(seqs), width), -100, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, (s, st) in enumerate(zip(seqs, starts, strict=True)):
+            ids[i, : len(s)] = torch.tensor(s)
+            labels[i, st : len(s)] = torch.tensor(s[st:])
+            mask[i, : len(s)] = 1
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    model.eval()
+
+
+def build_default_model(cache_dir: Path) -> Path:
+    """Build (or return the cached) default model directory under ``cache_dir``.
+
+    Deterministic for a given torch build and CPU: fixed init seed, fixed warm-start data and step
+    count, one thread. The weights hash in ``p2prl_model.json`` is over the bf16 weights as saved.
+    """
+    from transformers import Qwen2ForCausalLM
+
+    from p2prl.rl.evaluate import greedy_success
+
+    out = Path(cache_dir) / DEFAULT_MODEL_NAME
+    if (out / META_FILE).exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tok = CharTokenizer()
+    task = AdditionTask(digits=DIGITS)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(WARM_START["seed"])
+        model = Qwen2ForCausalLM(default_config(tok.vocab_size))
+        _warm_start(model, tok, task)
+        model = model.to(torch.bfloat16)
+        success = greedy_success(model, tok, task, n=256, max_new_tokens=DIGITS + 2)
+    finally:
+        torch.set_num_threads(threads)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent))
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        model.save_pretrained(str(tmp))
+        tok.save(tmp)
+        meta = {
+            "name": DEFAULT_MODEL_NAME,
+            "task": {"name": task.name, "digits": DIGITS},
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "weights_hash": weights_hash(unique_state(model)),
+            "warm_start": {**WARM_START, "greedy_success": success},
+        }
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another process finished first: keep theirs
+            if not (out / META_FILE).exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("built %s: greedy success %.3f, hash %s", out, success, meta["weights_hash"])
+    return out
+
+
+def model_meta(path: Path) -> dict[str, Any]:
+    """The ``p2prl_model.json`` of a model directory built here ({} for other directories)."""
+    f = Path(path) / META_FILE
+    return json.loads(f.read_text()) if f.exists() else {}
+
+
+def load_model(path: Path, dtype: torch.dtype = torch.bfloat16) -> tuple[Any, Tokenizer]:
+    """Load a local HF model directory (never downloads) with its tokenizer, in eval mode."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    path = Path(path)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True)
+    return model.eval(), load_tokenizer(path)

@@ -1,0 +1,96 @@
+"""The node's commands: help, network init/show, refusals at start, dashboard --once."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from p2prl.cli.main import app
+from p2prl.crypto.keys import Identity, save_identity
+from p2prl.node.config import NodeConfig
+from p2prl.node.http import StatusServer
+from p2prl.node.status import NodeStatus
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def model_cache() -> Path:
+    from p2prl.node.netinit import base_model_info
+    from p2prl.rl.local import default_cache_dir
+
+    cache = default_cache_dir()
+    base_model_info(cache)
+    return cache
+
+
+def test_node_help_lists_every_setting() -> None:
+    res = runner.invoke(app, ["node", "--help"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0
+    for name in NodeConfig.__dataclass_fields__:
+        assert "--" + name.replace("_", "-") in res.output, name
+    assert "P2PRL_DATA_DIR" in res.output and "--config" in res.output
+
+
+def test_node_needs_network(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["node", "--data-dir", str(tmp_path)], env={})
+    assert res.exit_code == 2 and "network" in res.output
+
+
+def test_network_init_show_and_start_refusals(tmp_path: Path, model_cache: Path) -> None:
+    validator = Identity.generate()
+    save_identity(validator, tmp_path / "v.key")
+    g = tmp_path / "genesis.json"
+    res = runner.invoke(
+        app,
+        [
+            "network",
+            "init",
+            "--out",
+            str(g),
+            "--key",
+            str(tmp_path / "t.key"),
+            "--network-id",
+            "cli-net",
+            "--model-cache",
+            str(model_cache),
+            "--validator",
+            str(tmp_path / "v.key"),
+            "--s3-bucket",
+            "b",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["network", "show", str(g)])
+    assert res.exit_code == 0, res.output
+    shown = json.loads(res.output)
+    assert shown["validators"] == [validator.public_hex] and shown["s3"]["bucket"] == "b"
+    # a node whose key is not a listed validator cannot act as one
+    res = runner.invoke(
+        app, ["node", "--role", "validator", "--network", str(g), "--data-dir", str(tmp_path / "n1")]
+    )
+    assert res.exit_code == 1 and "cannot act as validator" in res.output
+    # a genesis signed by someone else than the expected trainer is refused
+    res = runner.invoke(
+        app, ["node", "--network", str(g), "--data-dir", str(tmp_path / "n2"), "--trainer-key", "ab" * 32]
+    )
+    assert res.exit_code == 1 and "expected" in res.output
+    doc = json.loads(g.read_text())
+    doc["genesis"]["max_staleness"] += 1
+    g.write_text(json.dumps(doc))
+    res = runner.invoke(app, ["network", "show", str(g)])
+    assert res.exit_code == 1 and "readable copy" in res.output
+
+
+def test_dashboard_once() -> None:
+    s = NodeStatus("miner", "ab" * 32, "net")
+    s.set(version=4, trainer_version=4)
+    server = StatusServer(s).start()
+    try:
+        res = runner.invoke(app, ["dashboard", "--node", server.url, "--once"], env={"COLUMNS": "160"})
+        assert res.exit_code == 0, res.output
+        assert "miner" in res.output and "abababab" in res.output
+    finally:
+        server.stop()
+    assert runner.invoke(app, ["dashboard"]).exit_code == 2

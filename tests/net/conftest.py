@@ -1,0 +1,61 @@
+"""Fixtures: a real S3 endpoint (moto's threaded HTTP server on 127.0.0.1) and node factories."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from p2prl.crypto.keys import Identity
+from p2prl.net.config import NetConfig
+from p2prl.net.node import P2PNode
+from p2prl.net.s3 import S3Config
+from p2prl.net.store import BlobStore
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_config(s3_endpoint: str) -> S3Config:
+    import boto3
+
+    bucket = f"b-{uuid.uuid4().hex[:12]}"
+    boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    ).create_bucket(Bucket=bucket)
+    return S3Config(
+        bucket=bucket, endpoint_url=s3_endpoint, access_key_id="testing", secret_access_key="testing"
+    )
+
+
+@pytest.fixture
+def make_node(tmp_path: Path) -> Iterator:
+    nodes: list[P2PNode] = []
+
+    def make(name: str, network: str = "testnet", config: NetConfig | None = None) -> P2PNode:
+        n = P2PNode(Identity.generate(), network, BlobStore(tmp_path / name), config or NetConfig())
+        n.start()
+        nodes.append(n)
+        return n
+
+    yield make
+    for n in nodes:
+        n.stop()

@@ -1,0 +1,90 @@
+import dataclasses
+
+from p2prl.crypto.envelope import seal
+from p2prl.crypto.keys import Identity
+from p2prl.net.config import Limits
+from p2prl.net.counters import Counters
+from p2prl.net.gossip import GossipFilter, Incoming, TokenBuckets
+from p2prl.net.topics import heartbeats_topic, manifests_topic
+from p2prl.protocol import Heartbeat, encode_message
+
+NET = "net1"
+HB = heartbeats_topic(NET)
+
+
+def hb(ident: Identity, version: int = 1) -> bytes:
+    return encode_message(ident, NET, Heartbeat("miner", version, "p", (), (), {}))
+
+
+def make(limits: Limits | None = None, allowed=None):
+    got: list[Incoming] = []
+    bans: list[str] = []
+    c = Counters()
+    f = GossipFilter(
+        NET, limits or Limits(), c, lambda i: got.append(i) or True, lambda p, r: bans.append(p), allowed
+    )
+    return f, c, got, bans
+
+
+def test_valid_delivered_once_then_replay_dropped() -> None:
+    f, c, got, _ = make()
+    env = hb(Identity.generate())
+    assert f.check(HB, env, "fwd", "orig")
+    assert not f.check(HB, env, "fwd2", "orig")
+    assert len(got) == 1 and got[0].message.version == 1 and got[0].from_peer == "fwd"
+    assert c.get("dropped.replayed") == 1
+
+
+def test_each_bad_input_dropped_with_its_reason() -> None:
+    f, c, got, _ = make(dataclasses.replace(Limits(), max_msg_bytes=4096))
+    ident = Identity.generate()
+    good = hb(ident)
+    wrong_key = bytearray(good)
+    wrong_key[-1] ^= 1
+    other_net = encode_message(ident, "othernet", Heartbeat("miner", 1, "p", (), (), {}))
+    cases = {
+        "oversized": b"P2E\x01" + b"\x00" * 5000,
+        "bad_magic": b"garbage",
+        "truncated": good[:-64],
+        "bad_signature": bytes(wrong_key),
+        "schema": seal(ident, NET, "heartbeat", {"created_ms": 1}),
+        "unknown_type": seal(ident, NET, "mystery", {"created_ms": 1}),
+        "wrong_topic": encode_message(ident, NET, Heartbeat("miner", 2, "p", (), (), {})),
+        "stale": encode_message(ident, NET, Heartbeat("miner", 3, "p", (), (), {}, created_ms=1)),
+    }
+    for reason, data in cases.items():
+        topic = manifests_topic(NET) if reason == "wrong_topic" else HB
+        assert not f.check(topic, data, "evil", "evil"), reason
+    assert not f.check(HB, other_net, "evil", "evil")
+    snap = c.snapshot()
+    for reason in ("oversized", "bad_magic", "truncated", "wrong_topic", "stale", "unknown_type"):
+        assert snap.get(f"dropped.{reason}") == 1, (reason, snap)
+    assert snap["dropped.bad_signature"] == 2  # flipped bit, and a signature made for another network
+    assert snap["dropped.bad_body"] == 1  # schema violation
+    assert not got
+    assert f.check(HB, good, "evil", "evil")
+
+
+def test_ban_after_repeated_garbage_and_rate_limit() -> None:
+    f, _c, _, bans = make(dataclasses.replace(Limits(), max_invalid_per_peer=3, peer_msg_burst=1000))
+    for _ in range(3):
+        f.check(HB, b"junk", "evil", "evil")
+    assert bans == ["evil"]
+    f2, c2, _got2, _ = make(dataclasses.replace(Limits(), peer_msg_burst=5, peer_msgs_per_s=0.001))
+    ident = Identity.generate()
+    results = [f2.check(HB, hb(ident, v), "chatty", "chatty") for v in range(8)]
+    assert results.count(True) == 5 and c2.get("dropped.rate_limited") == 3
+
+
+def test_allowed_signers_filter() -> None:
+    trusted, other = Identity.generate(), Identity.generate()
+    f, c, _got, _ = make(allowed={"heartbeat": {trusted.public_key}})
+    assert f.check(HB, hb(trusted), "a", "a")
+    assert not f.check(HB, hb(other), "a", "a")
+    assert c.get("dropped.unknown_signer") == 1
+
+
+def test_token_bucket_refills() -> None:
+    b = TokenBuckets(rate=10.0, burst=2)
+    assert b.allow("k", 0.0) and b.allow("k", 0.0) and not b.allow("k", 0.0)
+    assert b.allow("k", 0.1)

@@ -1,0 +1,83 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from p2prl.patch import intcode
+from p2prl.patch.errors import PatchError
+
+UINTS = [np.uint8, np.uint16, np.uint32, np.uint64]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(UINTS).flatmap(lambda dt: st.tuples(*(hnp.arrays(dt, 50) for _ in range(2)))))
+def test_zigzag_roundtrip_is_exact(pair):
+    old, new = pair
+    z = intcode.zigzag_diff(new, old)
+    assert z.dtype == new.dtype
+    assert np.array_equal(intcode.unzigzag_add(old, z), new)
+
+
+def test_zigzag_small_steps_are_small_codes():
+    old = np.array([100, 100, 100, 0, 65535], dtype=np.uint16)
+    new = np.array([101, 99, 100, 65535, 0], dtype=np.uint16)
+    assert intcode.zigzag_diff(new, old).tolist() == [2, 1, 0, 1, 2]
+
+
+@settings(max_examples=40, deadline=None)
+@given(hnp.arrays(np.uint32, st.integers(0, 200), elements=st.integers(0, 2**32 - 1)))
+def test_gap_codings_roundtrip(g):
+    for enc, dec in (
+        (intcode.leb128_encode, intcode.leb128_decode),
+        (intcode.u16esc_encode, intcode.u16esc_decode),
+    ):
+        assert np.array_equal(dec(enc(g), g.size), g)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sets(st.integers(0, 10**6), max_size=300))
+def test_positions_gaps_roundtrip(s):
+    pos = np.array(sorted(s), dtype=np.int64)
+    g = intcode.positions_to_gaps(pos)
+    assert np.array_equal(intcode.gaps_to_positions(g, 10**6 + 1), pos)
+
+
+def test_positions_outside_span_rejected():
+    g = intcode.positions_to_gaps(np.array([5, 9]))
+    with pytest.raises(PatchError):
+        intcode.gaps_to_positions(g, 9)
+
+
+@pytest.mark.parametrize(
+    "buf,n",
+    [
+        (b"\x80", 1),  # unterminated
+        (b"\x01\x02", 1),  # too many values
+        (b"\x80\x80\x80\x80\x80\x01", 1),  # six bytes
+        (b"\xff\xff\xff\xff\x7f", 1),  # 35 bits
+        (b"\x81\x00", 1),  # not minimal
+        (b"", 1),
+    ],
+)
+def test_leb128_rejects_malformed(buf, n):
+    with pytest.raises(PatchError):
+        intcode.leb128_decode(buf, n)
+
+
+def test_u16esc_rejects_malformed():
+    good = intcode.u16esc_encode(np.array([1, 70000, 3], dtype=np.uint32))
+    for bad in (good[:-1], good + b"\0", good[:4]):
+        with pytest.raises(PatchError):
+            intcode.u16esc_decode(bad, 3)
+    small_escape = intcode.shuffle(np.array([0xFFFF], dtype=np.uint16)) + (5).to_bytes(4, "little")
+    with pytest.raises(PatchError):
+        intcode.u16esc_decode(small_escape, 1)
+
+
+@pytest.mark.parametrize("dt", UINTS)
+def test_shuffle_roundtrip(dt):
+    a = (np.arange(1000, dtype=np.uint64) * 2654435761).astype(dt)
+    assert np.array_equal(intcode.unshuffle(intcode.shuffle(a), dt, a.size), a)
+    with pytest.raises(PatchError):
+        intcode.unshuffle(intcode.shuffle(a)[:-1], dt, a.size)

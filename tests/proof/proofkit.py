@@ -1,0 +1,72 @@
+"""Shared helpers for the proof tests: a small random-init Qwen2 model on the char tokenizer, and a miner/validator pair."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from p2prl.proof.miner import PreparedBatch, mine_batch
+from p2prl.proof.validate import RolloutValidator, ValidatorConfig
+from p2prl.rl.engine import GenerationParams, HFEngine
+from p2prl.rl.tasks import get_task
+from p2prl.rl.tokenizer import CharTokenizer
+
+MH = "ab" * 32  # the version's manifest hash (public randomness)
+VERSION = 3
+MINER = bytes(range(32))
+OTHER_MINER = bytes(range(1, 33))
+PARAMS = GenerationParams(max_new_tokens=8, temperature=1.0, seed=5)
+GROUP = 4
+
+
+def small_model(seed: int) -> Any:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=CharTokenizer().vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        initializer_range=0.1,
+        pad_token_id=0,
+        eos_token_id=1,
+    )
+    return Qwen2ForCausalLM(cfg).to(torch.bfloat16).eval()
+
+
+@dataclass
+class World:
+    model: Any
+    other: Any
+    tok: CharTokenizer
+    task: Any
+    config: ValidatorConfig
+
+    def validator(self, **kw: Any) -> RolloutValidator:
+        return RolloutValidator.for_model(
+            self.model, self.tok, self.task, VERSION, MH, config=self.config, **kw
+        )
+
+    def mine(
+        self,
+        model: Any = None,
+        key: bytes = MINER,
+        indices: tuple[int, ...] = (0, 1),
+        batch: int = 8,
+        seed: int = 5,
+    ) -> PreparedBatch:
+        eng = HFEngine(model if model is not None else self.model, self.tok, max_batch=batch)
+        params = GenerationParams(PARAMS.max_new_tokens, PARAMS.temperature, PARAMS.top_p, seed)
+        return mine_batch(eng, self.task, VERSION, MH, key, list(indices), GROUP, params)
+
+
+def make_world() -> World:
+    cfg = ValidatorConfig(max_new_tokens=PARAMS.max_new_tokens, group_size=GROUP, max_staleness=2)
+    return World(small_model(0), small_model(1), CharTokenizer(), get_task("addition", digits=1), cfg)

@@ -1,0 +1,202 @@
+"""Each validator check: an honest batch passes it, a batch broken in exactly that way fails with its code."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from proofkit import MH, MINER, OTHER_MINER, VERSION, World
+
+from p2prl.proof import validate as V
+from p2prl.proof.batch import build_batch
+from p2prl.proof.miner import announce
+from p2prl.proof.validate import fisher_log_pvalue, to_verdict
+from p2prl.protocol.blobs import blob_ref_for
+from p2prl.protocol.messages import Verdict
+from p2prl.rl.engine import Sample, teacher_forced
+from p2prl.rl.tasks import derive_seed
+
+
+def _reasons(verdict: V.BatchVerdict) -> set[str]:
+    return {g.reason for g in verdict.groups}
+
+
+def test_honest_accepted_across_batch_sizes_and_threads(world: World) -> None:
+    v = world.validator()
+    for i, bs in enumerate((1, 8, 32)):
+        p = world.mine(indices=(2 * i, 2 * i + 1), batch=bs, seed=i)
+        verdict = v.check(p.announcement, MINER, p.blob, VERSION)
+        assert _reasons(verdict) == {V.OK}, verdict.reasons()
+        assert verdict.accepted_rollouts == p.batch.n_rollouts and not verdict.hard_failure
+        assert verdict.unique_rollouts >= 1
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        p = world.mine(indices=(10, 11), seed=9)
+    finally:
+        torch.set_num_threads(threads)
+    verdict = v.check(p.announcement, MINER, p.blob, VERSION + 2)  # staleness 2 is within the bound
+    assert _reasons(verdict) == {V.OK}
+    g = verdict.valid_groups[0]
+    assert g.version == VERSION and g.miner == MINER.hex() and g.problem is not None
+    assert g.rollouts[0].completion_ids == p.batch.groups[0].rollouts[0].completion_ids.tolist()
+
+
+def test_other_weights_rejected_by_fingerprint(world: World) -> None:
+    p = world.mine(model=world.other, indices=(20, 21))
+    verdict = world.validator().check(p.announcement, MINER, p.blob, VERSION)
+    assert _reasons(verdict) == {V.FINGERPRINT} and verdict.hard_failure and not verdict.valid_groups
+
+
+def test_tampered_reward_rejected(world: World) -> None:
+    p = world.mine(indices=(22, 23))
+    b = copy.deepcopy(p.batch)
+    b.groups[1].rollouts[2].reward = 1.0 - b.groups[1].rollouts[2].reward
+    q = announce(b)
+    verdict = world.validator().check(q.announcement, MINER, q.blob, VERSION)
+    assert [g.reason for g in verdict.groups] == [V.NOT_CHECKED, V.REWARD]
+
+
+def test_tampered_logprobs_rejected(world: World) -> None:
+    p = world.mine(indices=(24, 25))
+    b = copy.deepcopy(p.batch)
+    b.groups[0].rollouts[0].logprobs = b.groups[0].rollouts[0].logprobs - 0.5
+    q = announce(b)
+    verdict = world.validator().check(q.announcement, MINER, q.blob, VERSION)
+    assert verdict.groups[0].reason == V.LOGPROB
+
+
+def test_unlikely_tokens_proved_with_right_model_rejected(world: World) -> None:
+    """Tokens the model would (almost) never sample, with hidden states and logprobs from the right model."""
+    p = world.mine(indices=(26, 27))
+    groups = []
+    for g in p.batch.groups:
+        prompt = g.prompt_ids.tolist()
+        comp: list[int] = []
+        with torch.no_grad():
+            for _ in range(6):  # at each step the least likely token (never a special)
+                logits = world.model(input_ids=torch.tensor([prompt + comp])).logits[0, -1].float()
+                comp.append(int(torch.argmin(logits[3:])) + 3)
+        samples = []
+        for _ in g.rollouts:
+            lp, h = teacher_forced(world.model, prompt, comp)
+            samples.append(Sample(prompt, comp, lp.tolist(), h))
+        problem = world.task.problem(derive_seed(MH, MINER, g.index))
+        rewards = [world.task.reward(problem, world.tok.decode(s.completion_ids)) for s in samples]
+        groups.append((g.index, prompt, samples, rewards))
+    q = announce(build_batch(VERSION, MH, MINER, groups))
+    verdict = world.validator().check(q.announcement, MINER, q.blob, VERSION)
+    assert _reasons(verdict) <= {V.DISTRIBUTION, V.NOT_CHECKED} and V.DISTRIBUTION in _reasons(verdict)
+
+
+def test_prompt_not_derived_from_miner_key_rejected(world: World) -> None:
+    p = world.mine(indices=(28, 29))
+    b = copy.deepcopy(p.batch)
+    b.groups[0].index = 1000  # claims another index: its derived prompt differs
+    q = announce(b)
+    verdict = world.validator().check(q.announcement, MINER, q.blob, VERSION)
+    assert verdict.groups[0].reason == V.PROMPT_MISMATCH
+
+
+def test_batch_resigned_under_another_key_rejected(world: World) -> None:
+    p = world.mine(indices=(30, 31))
+    v = world.validator()
+    assert _reasons(v.check(p.announcement, MINER, p.blob, VERSION)) == {V.OK}
+    # the same blob announced by another miner: the header names the first miner
+    assert _reasons(v.check(p.announcement, OTHER_MINER, p.blob, VERSION)) == {V.HEADER_MISMATCH}
+    # re-encoded under the other key: the prompts were derived from the first miner's key
+    b = copy.deepcopy(p.batch)
+    b.miner = OTHER_MINER
+    q = announce(b)
+    assert V.PROMPT_MISMATCH in _reasons(v.check(q.announcement, OTHER_MINER, q.blob, VERSION))
+
+
+def _retarget(world: World, index: int, key: bytes) -> int:
+    """An index under ``key`` whose derived problem equals MINER's problem ``index``."""
+    want = world.task.problem(derive_seed(MH, MINER, index))
+    for j in range(100_000):
+        if world.task.problem(derive_seed(MH, key, j)) == want:
+            return j
+    raise AssertionError("no index found")
+
+
+def test_copied_rollouts_detected_by_seen_index(world: World) -> None:
+    p = world.mine(indices=(32, 33))
+    v = world.validator()
+    assert _reasons(v.check(p.announcement, MINER, p.blob, VERSION)) == {V.OK}
+    b = copy.deepcopy(p.batch)
+    b.miner = OTHER_MINER
+    for g in b.groups:
+        g.index = _retarget(world, g.index, OTHER_MINER)
+    q = announce(b)
+    verdict = v.check(q.announcement, OTHER_MINER, q.blob, VERSION)
+    assert V.COPIED in _reasons(verdict) and verdict.hard_failure
+    # and the same miner resubmitting its own prompt slots
+    r = announce(copy.deepcopy(p.batch))
+    assert _reasons(v.check(r.announcement, MINER, r.blob + b"", VERSION)) == {V.DUPLICATE_INDEX}
+
+
+def test_version_checks(world: World) -> None:
+    p = world.mine(indices=(34, 35))
+    v = world.validator()
+    assert _reasons(v.check(p.announcement, MINER, p.blob, VERSION + 3)) == {V.STALE}
+    assert _reasons(v.check(p.announcement, MINER, p.blob, VERSION - 1)) == {V.FUTURE_VERSION}
+    other_version = dataclasses.replace(p.announcement, version=VERSION - 1)
+    assert _reasons(v.check(other_version, MINER, p.blob, VERSION)) == {V.UNKNOWN_VERSION}
+    wrong_hash = dataclasses.replace(p.announcement, manifest_hash="cd" * 32)
+    verdict = v.check(wrong_hash, MINER, p.blob, VERSION)
+    assert _reasons(verdict) == {V.MANIFEST_MISMATCH} and not verdict.hard_failure
+
+
+def test_blob_and_header_checks(world: World) -> None:
+    p = world.mine(indices=(36, 37))
+    v = world.validator()
+    assert _reasons(v.check(p.announcement, MINER, p.blob[:-1] + b"\x00", VERSION)) == {V.BLOB_MISMATCH}
+    bad_root = dataclasses.replace(p.announcement, commitment_root="00" * 32)
+    assert _reasons(v.check(bad_root, MINER, p.blob, VERSION)) == {V.COMMITMENT_MISMATCH}
+    bad_count = dataclasses.replace(p.announcement, groups=3)
+    assert _reasons(v.check(bad_count, MINER, p.blob, VERSION)) == {V.GROUP_COUNT}
+    junk = b"P2RB\x01not zstd"
+    junk_ann = dataclasses.replace(p.announcement, blob=blob_ref_for(junk))
+    verdict = v.check(junk_ann, MINER, junk, VERSION)
+    assert _reasons(verdict) == {V.BATCH_MALFORMED} and verdict.hard_failure
+
+
+def test_size_checks(world: World) -> None:
+    p = world.mine(indices=(38, 39))
+    b = copy.deepcopy(p.batch)
+    b.groups[1].index = b.groups[0].index
+    q = announce(b)
+    assert V.DUPLICATE_INDEX in _reasons(world.validator().check(q.announcement, MINER, q.blob, VERSION))
+    b = copy.deepcopy(p.batch)
+    b.groups[0].rollouts.pop()
+    q = announce(b)
+    assert world.validator().check(q.announcement, MINER, q.blob, VERSION).groups[0].reason == V.GROUP_SIZE
+    b = copy.deepcopy(p.batch)
+    r = b.groups[0].rollouts[0]
+    r.completion_ids = np.array([5, world.tok.eos_id, 5], dtype=np.uint32)  # text after eos
+    r.logprobs = np.zeros(3, dtype=np.float32)
+    r.sketches = np.zeros((3, b.sketch_dim), dtype=np.uint8)
+    q = announce(b)
+    assert world.validator().check(q.announcement, MINER, q.blob, VERSION).groups[0].reason == V.LENGTH
+
+
+def test_verdict_message_round_trips(world: World) -> None:
+    p = world.mine(indices=(40, 41))
+    bv = world.validator().check(p.announcement, MINER, p.blob, VERSION)
+    msg = to_verdict(bv, p.announcement, MINER)
+    again = Verdict.from_body(msg.to_body())
+    assert again.accepted == 2 and again.miner == MINER.hex() and again.blob_id == p.announcement.blob.id
+
+
+def test_fisher_combination() -> None:
+    assert fisher_log_pvalue(np.array([])) == 0.0
+    assert fisher_log_pvalue(np.log(np.array([1.0, 1.0]))) == 0.0
+    # one token: the p-value is the tail probability itself
+    assert fisher_log_pvalue(np.log(np.array([1e-3]))) == pytest.approx(np.log(1e-3))
+    # uniform tails are not suspicious; many small ones are
+    assert fisher_log_pvalue(np.log(np.full(20, 0.5))) > np.log(0.01)
+    assert fisher_log_pvalue(np.log(np.full(20, 1e-2))) < np.log(1e-6)

@@ -1,0 +1,76 @@
+import torch
+
+from p2prl.rl.engine import GenerationParams, HFEngine
+from p2prl.rl.grpo import GRPOConfig, GRPOTrainer, group_advantages
+from p2prl.rl.model import load_model
+from p2prl.rl.types import Rollout, RolloutGroup
+
+
+def test_group_advantages_math() -> None:
+    a = group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]))
+    assert torch.allclose(a, torch.tensor([1.0, -1.0, -1.0, 1.0]), atol=1e-5)
+    a = group_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]))
+    # mean 0.25, population std sqrt(0.1875)
+    s = 0.1875**0.5
+    assert torch.allclose(a, torch.tensor([0.75 / s, -0.25 / s, -0.25 / s, -0.25 / s]), atol=1e-5)
+    assert abs(float(a.sum())) < 1e-5
+    assert torch.equal(group_advantages(torch.ones(8)), torch.zeros(8))
+    assert torch.equal(group_advantages(torch.tensor([1.0])), torch.zeros(1))
+
+
+def _groups(model_dir, version: int = 0) -> tuple[list[RolloutGroup], object]:
+    policy, tok = load_model(model_dir, torch.float32)
+    eng = HFEngine(policy, tok, return_hidden=False)
+    prompts = [tok.encode(p) for p in ("1+2=", "13+8=", "40+41=")]
+    out = eng.generate(prompts, 4, GenerationParams(4, seed=3))
+    groups = []
+    for p, g in zip(prompts, out, strict=True):
+        rolls = [Rollout(s.completion_ids, s.logprobs, float(i % 2)) for i, s in enumerate(g)]
+        groups.append(RolloutGroup(p, rolls, version=version))
+    return groups, tok
+
+
+def test_step_on_policy_ratio_is_one_and_state_round_trips(default_model_dir, tmp_path) -> None:
+    groups, tok = _groups(default_model_dir)
+    master, _ = load_model(default_model_dir, torch.float32)
+    tr = GRPOTrainer(master, GRPOConfig(lr=1e-3, kl_coef=0.1), pad_id=tok.pad_id)
+    before = tr.published_state()
+    assert all(v.dtype == torch.bfloat16 for v in before.values())
+    assert "lm_head.weight" not in before  # tied to the embedding: published once
+    st = tr.step(groups)
+    assert st["skipped"] == 0.0 and tr.version == 1
+    assert abs(st["ratio_mean"] - 1.0) < 1e-4 and st["clip_frac"] == 0.0 and st["kl"] < 1e-6
+    assert st["grad_norm"] > 0
+    after = tr.published_state()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    # all-equal rewards carry no signal: no step
+    flat = [
+        RolloutGroup(g.prompt_ids, [Rollout(r.completion_ids, r.logprobs, 1.0) for r in g.rollouts], 0)
+        for g in groups
+    ]
+    assert tr.step(flat)["skipped"] == 1.0 and tr.version == 1
+    # save / restore master weights + optimizer
+    tr.save(tmp_path / "t.pt")
+    m2, _ = load_model(default_model_dir, torch.float32)
+    tr2 = GRPOTrainer(m2, GRPOConfig(lr=1e-3, kl_coef=0.1))
+    tr2.load(tmp_path / "t.pt")
+    assert tr2.version == 1
+    for k, v in tr.model.state_dict().items():
+        assert torch.equal(v, tr2.model.state_dict()[k])
+    s1, s2 = tr.step(groups), tr2.step(groups)
+    assert s1["loss"] == s2["loss"]
+    for k, v in tr.model.state_dict().items():
+        assert torch.equal(v, tr2.model.state_dict()[k])
+    # load_published sets the master weights from bf16
+    tr2.load_published(before)
+    assert all(torch.equal(tr2.published_state()[k], before[k]) for k in before)
+
+
+def test_stale_logprobs_get_clipped(default_model_dir) -> None:
+    groups, tok = _groups(default_model_dir)
+    for g in groups:
+        for r in g.rollouts:
+            r.logprobs = [lp - 1.0 for lp in r.logprobs]  # behaviour policy much less likely: ratio e
+    master, _ = load_model(default_model_dir, torch.float32)
+    st = GRPOTrainer(master, GRPOConfig(lr=1e-4), pad_id=tok.pad_id).step(groups)
+    assert st["clip_frac"] == 1.0 and st["ratio_mean"] > 2.0

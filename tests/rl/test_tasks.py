@@ -1,0 +1,94 @@
+from decimal import Decimal
+
+import pytest
+
+from p2prl.rl.tasks import AdditionTask, GSM8KTask, derive_seed, get_task, parse_final_answer
+
+
+def test_derive_seed_is_sha256_of_documented_layout() -> None:
+    import hashlib
+
+    h = "ab" * 32
+    key = bytes(range(32))
+    want = hashlib.sha256(bytes.fromhex(h) + key + (7).to_bytes(8, "big")).digest()
+    assert derive_seed(h, key, 7) == want
+    assert derive_seed(h, key, 8) != want
+    assert derive_seed(h, bytes(32), 7) != want
+    with pytest.raises(ValueError):
+        derive_seed("not hex", key, 0)
+    with pytest.raises(ValueError):
+        derive_seed(h, key, 2**64)
+
+
+def test_addition_problem_is_deterministic_and_in_range() -> None:
+    task = get_task("addition", digits=3)
+    seeds = [derive_seed("00" * 32, b"k", i) for i in range(300)]
+    probs = [task.problem(s) for s in seeds]
+    assert probs == [task.problem(s) for s in seeds]
+    for p in probs:
+        a, b = p.meta["a"], p.meta["b"]
+        assert 0 <= a < 1000 and 0 <= b < 1000
+        assert p.prompt == f"{a}+{b}=" and p.answer == str(a + b)
+    lengths = {len(str(p.meta["a"])) for p in probs}
+    assert lengths == {1, 2, 3}
+    assert len({p.prompt for p in probs}) > 250
+
+
+def test_addition_reward_right_wrong_malformed() -> None:
+    task = AdditionTask(digits=2)
+    p = task.problem(b"x")
+    assert task.reward(p, p.answer) == 1.0
+    assert task.reward(p, str(int(p.answer) + 1)) == 0.0
+    assert task.reward(p, "") == 0.0
+    assert task.reward(p, p.answer + "0") == 0.0
+    assert task.reward(p, " " + p.answer) == 0.0
+    assert task.reward(p, "1+1=") == 0.0
+    assert task.reward(p, "\x00\uffff") == 0.0
+
+
+def test_parse_final_answer() -> None:
+    assert parse_final_answer("so 3 + 4 = 7\n#### 7") == Decimal(7)
+    assert parse_final_answer("#### 1,234") == Decimal(1234)
+    assert parse_final_answer("it costs $12.50.") == Decimal("12.5")
+    assert parse_final_answer("first 3 then 5 and finally -8") == Decimal(-8)
+    assert parse_final_answer("#### 4 and later 9 #### 10") == Decimal(10)
+    assert parse_final_answer("no number here") is None
+    assert parse_final_answer("#### nothing") is None
+
+
+def test_gsm8k_sample_and_reward(tmp_path) -> None:
+    task = get_task("gsm8k")
+    assert isinstance(task, GSM8KTask) and len(task.records) >= 5
+    p = task.problem(b"seed")
+    assert p == task.problem(b"seed")
+    assert p.prompt.startswith("Question: ") and p.prompt.endswith("Answer:")
+    assert task.reward(p, f"Let me think.\n#### {p.answer}") == 1.0
+    assert task.reward(p, f"the answer is {p.answer}") == 1.0
+    assert task.reward(p, f"#### {p.answer}1") == 0.0
+    assert task.reward(p, "I don't know") == 0.0
+    assert task.reward(p, "") == 0.0
+    f = tmp_path / "d.jsonl"
+    f.write_text(
+        '{"question": "q1", "answer": "x\\n#### 1,000"}\n\n{"question": "q2", "answer": "#### 0.50"}\n'
+    )
+    t2 = get_task("gsm8k", path=f)
+    assert [a for _, a in t2.records] == ["1000", "0.5"]
+    p1 = next(t2.problem(bytes([i])) for i in range(64) if t2.problem(bytes([i])).meta["index"] == 0)
+    assert (
+        t2.reward(p1, "#### 1000") == 1.0 and t2.reward(p1, "1,000.") == 1.0 and t2.reward(p1, "100") == 0.0
+    )
+
+
+def test_gsm8k_rejects_bad_files(tmp_path) -> None:
+    f = tmp_path / "bad.jsonl"
+    f.write_text('{"question": "q", "answer": "no final number"}\n')
+    with pytest.raises(ValueError):
+        GSM8KTask(f)
+    f.write_text("")
+    with pytest.raises(ValueError):
+        GSM8KTask(f)
+
+
+def test_unknown_task() -> None:
+    with pytest.raises(ValueError, match="unknown task"):
+        get_task("chess")
