@@ -32,14 +32,14 @@ def train_local(
     ),
     cache_dir: Path = typer.Option(None, "--cache-dir", help="Where the default model is built/cached."),
     history: bool = typer.Option(False, "--history", help="With --json: include per-step records."),
+    threads: int = typer.Option(
+        0, "--threads", help="Torch CPU threads (0: $P2PRL_TORCH_THREADS or 1, fastest for the tiny model)."
+    ),
 ) -> None:
     """Run generation, reward, replay buffer and GRPO in one process."""
-    import torch
-
     from p2prl.rl.local import DEFAULT_LR, LocalConfig, default_cache_dir
     from p2prl.rl.local import train_local as run
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     cfg = LocalConfig(
         minutes=minutes,
         max_steps=steps or None,
@@ -49,6 +49,7 @@ def train_local(
         samples_per_prompt=samples,
         eval_every=eval_every,
         cache_dir=cache_dir or default_cache_dir(),
+        threads=threads,
     )
     if json_out:
         summary = run(cfg)
@@ -95,6 +96,7 @@ def _live(cfg: Any, run: Any) -> None:
             live.update(render())
 
         summary = run(cfg, on_step=on_step)
+    console.line()
     console.print(
         f"reward {summary['reward_first']:.3f} → {summary['reward_last_10pct']:.3f} (last 10% of steps); "
         f"greedy {summary['greedy_first']:.3f} → {summary['greedy_last']:.3f}; {summary['steps']} steps; "

@@ -25,6 +25,7 @@ class Limits:
     max_serving_streams: int = 64  # concurrent inbound chunk streams
     max_partial_bytes: int = 16 * 1024**3  # partial downloads kept on disk for resumption
     max_providers: int = 16  # peers one download pulls from at once
+    pipeline_depth: int = 3  # chunk requests in flight per provider (stream)
 
 
 @dataclass

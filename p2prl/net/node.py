@@ -31,6 +31,7 @@ from p2prl.net.config import NetConfig
 from p2prl.net.counters import Counters
 from p2prl.net.gossip import GossipFilter, Incoming
 from p2prl.net.identity import libp2p_key_pair, peer_id_for
+from p2prl.net.liveness import ConnectionWatch
 from p2prl.net.partial import PartialStore
 from p2prl.net.store import BlobStore
 from p2prl.net.swarm import ChunkServer, Download, FetchError
@@ -178,6 +179,8 @@ class P2PNode:
         pubsub = Pubsub(host, router, strict_signing=True)
         self._host, self._pubsub = host, pubsub
         self._server = ChunkServer(self, self.store, self.partials)
+        watch = ConnectionWatch(host, pubsub, self.counters)
+        host.get_network().register_notifee(watch)
         host.set_stream_handler(cp.PROTOCOL_ID, self._server.handle)
         pub_send, pub_recv = trio.open_memory_channel[tuple[str, bytes]](cfg.limits.publish_queue)
         self._pub_send = pub_send
@@ -192,16 +195,40 @@ class P2PNode:
                 async with trio.open_nursery() as nursery:
                     self._nursery = nursery
                     nursery.start_soon(self._publisher, pub_recv)
+                    nursery.start_soon(watch.run)
                     for t in list(self._topics):
                         await self._subscribe(t)
                     nursery.start_soon(self._bootstrap_loop)
                     self._ready.set()
                     await self._stop.wait()
                     nursery.cancel_scope.cancel()
+                await self._close_host(host)
         finally:
             self._nursery = None
             pubsub.seen_messages.stop()  # its sweeper thread outlives the host otherwise
             log.debug("network host %s stopped", self.peer_id[-8:])
+
+    async def _close_host(self, host: Any) -> None:
+        # leaving host.run() does not close live connections: their sockets would stay open, and a
+        # peer would keep writing gossip into a dead host (and ignore us when we come back with
+        # the same peer id). Closing them sends FIN, so peers drop our stream state at once.
+        async def close(conn: Any) -> None:
+            try:
+                await conn.close()
+            except Exception as e:
+                log.debug("closing a connection: %r", e)
+
+        with trio.move_on_after(5.0) as scope:
+            async with trio.open_nursery() as nursery:  # each close waits 0.1 s inside libp2p
+                for conns in list(host.get_network().get_connections_map().values()):
+                    for conn in list(conns):
+                        nursery.start_soon(close, conn)
+            try:
+                await host.close()
+            except Exception as e:
+                log.debug("closing host: %r", e)
+        if scope.cancelled_caught:
+            log.warning("closing the network host's connections timed out")
 
     def _call(self, afn: Any, *args: Any) -> Any:
         if self._token is None or self._thread is None or not self._thread.is_alive():

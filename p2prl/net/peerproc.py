@@ -9,6 +9,8 @@ would serialise them) and to be killed mid-transfer. Commands, each answered wit
     ("fetch", ref_body, timeout)    -> {"ok", "seconds", "sha256_ok", "error"}
     ("hint", blob_id, peer_id)      -> None
     ("stats",)                      -> stats dict
+    ("subscribe", topic)            -> None
+    ("poll", timeout)               -> [[topic, envelope type, from peer, version or None], ...]
     ("stop",)                       -> None, then the process exits
 
 ``behaviour`` "corrupt" flips a byte in every chunk served; "slow" sleeps before each chunk.
@@ -46,7 +48,7 @@ def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, 
         s3_after_s=opts.get("s3_after_s", 3.0),
         stream_timeout_s=opts.get("stream_timeout_s", 10.0),
         chunk_timeout_s=opts.get("chunk_timeout_s", 10.0),
-        limits=Limits(),
+        limits=Limits(pipeline_depth=opts.get("pipeline_depth", Limits.pipeline_depth)),
     )
     node = P2PNode(Identity(seed), network, BlobStore(root), cfg)
     node.start()
@@ -101,6 +103,16 @@ def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, 
                 conn.send(None)
             elif op == "stats":
                 conn.send(node.stats())
+            elif op == "subscribe":
+                node.subscribe(cmd[1])
+                conn.send(None)
+            elif op == "poll":
+                conn.send(
+                    [
+                        [i.topic, i.envelope.type, i.from_peer, getattr(i.message, "version", None)]
+                        for i in node.poll(cmd[1])
+                    ]
+                )
             elif op == "stop":
                 break
     finally:

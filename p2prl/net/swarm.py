@@ -13,6 +13,7 @@ once, not once per peer.
 
 from __future__ import annotations
 
+import collections
 import logging
 import random
 import time
@@ -138,8 +139,8 @@ class ChunkServer:
         now = time.monotonic()
         key = (blob_id, index)
         count, first = self._uploads.get(key, (0, now))
-        # the k-th upload of a chunk is allowed k-1 cooldowns after its first one
-        if count >= 1 + (now - first) / self.ctx.config.superseed_cooldown_s:
+        # the k-th upload of a chunk is allowed k-1 cooldowns after its first one (count = k-1)
+        if count > (now - first) / self.ctx.config.superseed_cooldown_s:
             return False
         self._uploads[key] = (count + 1, first)
         if len(self._uploads) > 65536:
@@ -239,43 +240,60 @@ class Download:
         maps = list(self.bitmaps.values())
         return min(cands, key=lambda i: (sum(1 for b in maps if b[i]), random.random()))
 
-    async def _request(self, stream: Any, op: int, index: int) -> tuple[int, bytes]:
-        timeout = self.ctx.config.stream_timeout_s
+    async def _send(self, stream: Any, op: int, index: int) -> None:
         req = cp.encode_request(op, self.ref.id, index, self.ref.chunk_size)
+        await cp.write_all(stream, req, self.ctx.config.stream_timeout_s)
+
+    async def _response(self, stream: Any, op: int, index: int) -> tuple[int, bytes]:
+        max_len = self.ref.chunk_len(index) if op == cp.OP_GET else cp.MAX_HAVE_PAYLOAD
         with trio.fail_after(self.ctx.config.chunk_timeout_s):
-            await cp.write_all(stream, req, timeout)
-            max_len = self.ref.chunk_len(index) if op == cp.OP_GET else cp.MAX_HAVE_PAYLOAD
-            return await cp.read_response(stream, max_len, timeout)
+            return await cp.read_response(stream, max_len, self.ctx.config.stream_timeout_s)
 
     async def _worker(self, peer: str) -> None:
+        """Pull chunks from one provider over one stream, ``pipeline_depth`` GETs in flight.
+
+        Responses come back in request order, so the provider starts on the next chunk while the
+        last one is still on the wire and we verify it: one request at a time would leave the
+        stream idle for a round trip plus the provider's disk read per chunk.
+        """
         stream: Any = None
         fails = 0
         idle = 0.02
         bitmap: list[bool] | None = None
+        pending: collections.deque[int] = collections.deque()
+        depth = max(1, self.ctx.config.limits.pipeline_depth)
         try:
             while not self.done.is_set():
-                index: int | None = None
                 try:
                     if stream is None:
                         stream = await self.ctx.open_chunk_stream(peer)
-                    if bitmap is None:
-                        status, payload = await self._request(stream, cp.OP_HAVE, 0)
+                    if bitmap is None and not pending:
+                        await self._send(stream, cp.OP_HAVE, 0)
+                        status, payload = await self._response(stream, cp.OP_HAVE, 0)
                         bitmap = (
                             cp.decode_bitmap(payload, self.ref.n_chunks)
                             if status == cp.OK
                             else [False] * self.ref.n_chunks
                         )
                         self.bitmaps[peer] = bitmap
-                    index = self._pick(peer, bitmap)
-                    if index is None:
+                    while bitmap is not None and len(pending) < depth:
+                        index = self._pick(peer, bitmap)
+                        if index is None:
+                            break
+                        self.inflight.add(index)
+                        pending.append(index)
+                        await self._send(stream, cp.OP_GET, index)
+                    if not pending:
                         await trio.sleep(idle)
                         idle = min(idle * 2, 0.4)
-                        if not all(bitmap):
+                        if bitmap is not None and not all(bitmap):
                             bitmap = None
                         continue
                     idle = 0.02
-                    self.inflight.add(index)
-                    status, data = await self._request(stream, cp.OP_GET, index)
+                    index = pending[0]
+                    status, data = await self._response(stream, cp.OP_GET, index)
+                    pending.popleft()
+                    self.inflight.discard(index)
                     fails = 0
                     if status == cp.OK:
                         if not self.part.write(index, data):
@@ -288,10 +306,13 @@ class Download:
                     elif status == cp.BUSY:
                         self.busy[(peer, index)] = time.monotonic() + 0.25
                     else:
-                        bitmap = None
+                        bitmap = None  # it lost the chunk: ask again once the pipeline drains
                 except _STREAM_ERRORS as e:
                     fails += 1
                     log.debug("chunk stream to %s failed (%d): %r", peer[-8:], fails, e)
+                    for i in pending:
+                        self.inflight.discard(i)
+                    pending.clear()
                     if stream is not None:
                         await close_stream(stream)
                     stream = None
@@ -300,10 +321,9 @@ class Download:
                         self.retry_after[peer] = time.monotonic() + 2.0
                         return
                     await trio.sleep(0.1 * fails)
-                finally:
-                    if index is not None:
-                        self.inflight.discard(index)
         finally:
+            for i in pending:
+                self.inflight.discard(i)
             self.workers.discard(peer)
             self.bitmaps.pop(peer, None)
             if stream is not None:

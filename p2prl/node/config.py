@@ -92,6 +92,12 @@ class NodeConfig:
     train_batch_groups: int = field(
         default=0, metadata={"help": "Trainer: rollout groups per GRPO step; 0 keeps the RL default."}
     )
+    train_epochs: int = field(
+        default=1,
+        metadata={
+            "help": "Trainer: GRPO steps on each sampled batch (PPO-style epochs; the clip bounds drift)."
+        },
+    )
     min_publish_s: float = field(
         default=0.0, metadata={"help": "Trainer: least seconds between two published versions."}
     )
@@ -141,7 +147,14 @@ class NodeConfig:
             raise ConfigError("trainer_key must be 64 hex characters")
         if not -1 <= self.status_port <= 65535:
             raise ConfigError("status_port must be -1..65535")
-        for name in ("store_max_bytes", "keep_versions", "checkpoint_every", "score_window", "keep_states"):
+        for name in (
+            "store_max_bytes",
+            "keep_versions",
+            "checkpoint_every",
+            "score_window",
+            "keep_states",
+            "train_epochs",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be positive")
         if self.dishonest_perturb < 0:

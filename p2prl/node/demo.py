@@ -32,7 +32,8 @@ S3_ENV = {
     "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
-REWARD_WINDOW = 3  # versions averaged at each end for reward_first / reward_last
+REWARD_FRACTION = 0.1  # reward_first / reward_last: mean over the first / last 10 % of versions…
+REWARD_MIN_VERSIONS = 3  # …but over at least this many (one version's mean is a noisy sample)
 
 
 @dataclass
@@ -46,8 +47,8 @@ class DemoOptions:
     dashboard: bool = True
     # network settings: small, so a 2-core CPU learns within minutes
     max_new_tokens: int = 4
-    group_size: int = 16
-    groups_per_batch: int = 8
+    group_size: int = 8
+    groups_per_batch: int = 16
     anchor_interval: int = 10
     max_staleness: int = 3
     chunk_size: int = 256 * 1024
@@ -56,9 +57,15 @@ class DemoOptions:
     startup_timeout_s: float = 300.0
     node_args: tuple[str, ...] = ()  # extra flags for every node (tests)
     model_cache: Path | None = None  # default: $P2PRL_CACHE or ~/.cache/p2prl (the model is built once)
+    # the trainer's step equals train-local's (32 prompts x 8 samples, lr 3e-4), taken train_epochs
+    # times on each batch; each miner announces batches_per_version batches of 16 prompts per
+    # version, so the miners make what the trainer consumes and no more (staleness stays 0-1)
     lr: float = 3e-4
-    train_batch_groups: int = 16
+    train_batch_groups: int = 32
+    train_epochs: int = 3
     batches_per_version: int = 2
+    min_publish_s: float = 1.0  # every version costs each node a patch fetch, apply and hash
+    checkpoint_every: int = 10
 
 
 def _default_cache() -> Path:
@@ -139,6 +146,8 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
     ]
     if role == "trainer":
         args += ["--lr", str(opts.lr), "--train-batch-groups", str(opts.train_batch_groups)]
+        args += ["--checkpoint-every", str(opts.checkpoint_every), "--train-epochs", str(opts.train_epochs)]
+        args += ["--min-publish-s", str(opts.min_publish_s)]
     if role == "miner":
         args += ["--batches-per-version", str(opts.batches_per_version)]
     args += list(opts.node_args)
@@ -183,6 +192,13 @@ def _mean_reward(series: list[tuple[int, float, int]]) -> float | None:
     return sum(m * c for _, m, c in series) / n if n else None
 
 
+def reward_ends(series: list[tuple[int, float, int]]) -> tuple[float | None, float | None]:
+    """(reward_first, reward_last): the mean reward of all rollouts in the first / last 10 % of the
+    versions that have any (at least 3 versions each), so one noisy version does not decide them."""
+    k = max(REWARD_MIN_VERSIONS, round(REWARD_FRACTION * len(series)))
+    return _mean_reward(series[:k]), _mean_reward(series[-k:])
+
+
 def summarize(
     plan: dict[str, Any], statuses: dict[str, dict[str, Any] | None], names: list[str]
 ) -> dict[str, Any]:
@@ -215,6 +231,7 @@ def summarize(
     hashes = trainer.get("hashes", {})
     at = versions[0] if len(versions) == 1 else None
     series = reward_series([trainer]) if trainer else []
+    reward_first, reward_last = reward_ends(series)
     c = validator.get("counters", {})
     return {
         "versions_published": int(trainer.get("counters", {}).get("versions_published", 0)),
@@ -229,8 +246,8 @@ def summarize(
         "groups_rejected": int(c.get("groups_rejected", 0)),
         "groups_trained_on": int(trainer.get("counters", {}).get("groups_consumed", 0)),
         "rejections": validator.get("labelled", {}).get("rejected", {}),
-        "reward_first": _mean_reward(series[:REWARD_WINDOW]),
-        "reward_last": _mean_reward(series[-REWARD_WINDOW:]),
+        "reward_first": reward_first,
+        "reward_last": reward_last,
         "reward_by_version": {str(v): round(m, 4) for v, m, _ in series},
         "scores": validator.get("scores", {}),
     }

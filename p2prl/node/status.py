@@ -13,7 +13,8 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
-MAX_SERIES = 256  # versions kept in per-version series (reward, hashes)
+MAX_SERIES = 256  # versions kept in per-version series (hashes)
+MAX_REWARD_SERIES = 2048  # versions kept in the reward series (its first versions matter to a summary)
 MAX_LABELS = 64  # distinct reasons / miners kept in labelled counters
 
 
@@ -78,7 +79,7 @@ class NodeStatus:
             s[0] += total
             s[1] += count
             self._reward = OrderedDict(sorted(self._reward.items()))
-            while len(self._reward) > MAX_SERIES:
+            while len(self._reward) > MAX_REWARD_SERIES:
                 self._reward.popitem(last=False)
 
     def record_hash(self, version: int, weights_hash: str) -> None:

@@ -128,6 +128,7 @@ class Trainer:
         self.buffer_lock = threading.Lock()
         self.steps = 0
         self._last_publish = 0.0
+        self._unpublished = False  # trained steps not yet handed to the publisher
         self._last_reannounce = 0.0
         ctx.status.set(version=self.version, trainer_version=self.version, sync_state="training")
         self._record_head()
@@ -210,21 +211,39 @@ class Trainer:
                 )
             ctx.status.set(buffer_groups=size)
             if not groups:
-                ctx.stop.wait(0.2)
+                self._offer_state()  # a step held back by min_publish_s must not wait for new data
+                ctx.stop.wait(0.05 if self._unpublished else 0.2)
                 continue
-            t0 = time.monotonic()
-            stats = self.grpo.step(groups)
-            self.steps += 1
-            ctx.status.incr("train_steps")
-            ctx.status.gauge("train_step_ms", (time.monotonic() - t0) * 1000)
-            for k in ("loss", "clip_frac", "kl", "grad_norm", "reward_mean"):
-                if isinstance(stats.get(k), (int, float)):
-                    ctx.status.gauge(f"train_{k}", float(stats[k]))
-            if stats.get("skipped"):
-                ctx.status.incr("train_steps_skipped")  # no group had reward variance: nothing learned
-                continue
-            if time.monotonic() - self._last_publish >= cfg.min_publish_s and self.mailbox.empty:
-                self.mailbox.put(self.grpo.published_state())
+            for _ in range(cfg.train_epochs):
+                if ctx.stop.is_set() or not self._train_step(groups):
+                    break
+
+    def _train_step(self, groups: list[Any]) -> bool:
+        """One GRPO step on ``groups``; hands the new state to the publisher. False: nothing learned."""
+        ctx = self.ctx
+        t0 = time.monotonic()
+        stats = self.grpo.step(groups)
+        self.steps += 1
+        ctx.status.incr("train_steps")
+        ctx.status.gauge("train_step_ms", (time.monotonic() - t0) * 1000)
+        for k in ("loss", "clip_frac", "kl", "grad_norm", "reward_mean"):
+            if isinstance(stats.get(k), (int, float)):
+                ctx.status.gauge(f"train_{k}", float(stats[k]))
+        if stats.get("skipped"):
+            ctx.status.incr("train_steps_skipped")  # no group had reward variance: nothing learned
+            return False
+        self._unpublished = True
+        self._offer_state()
+        return True
+
+    def _offer_state(self) -> None:
+        """Hand the newest trained state to the publisher if it is free and min_publish_s has passed."""
+        if not self._unpublished or not self.mailbox.empty:
+            return
+        if time.monotonic() - self._last_publish < self.ctx.config.min_publish_s:
+            return
+        self._unpublished = False
+        self.mailbox.put(self.grpo.published_state())
 
     # -- publish thread --------------------------------------------------------------------------
     def publish_loop(self) -> None:

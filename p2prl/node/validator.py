@@ -28,6 +28,17 @@ QUEUE_MAX = 256  # announcements waiting to be checked
 WAIT_FOR_VERSION_S = 60.0  # how long an announcement from the future waits for our sync
 SCORES_EVERY_S = 5.0
 ROLLOUT_FETCH_S = 20.0  # a batch its miner cannot serve soon is not worth blocking the checks for
+CHECKED_BLOBS = 8192  # blob ids already judged: a repeated announcement is dropped, not re-checked
+POSITION_TAG = b"p2prl/validator/position-secret/v1"
+
+
+def position_secret(identity: Any) -> bytes:
+    """The secret that picks checked positions: the validator's signature over a fixed tag.
+
+    Ed25519 signatures are deterministic, so it is the same after a restart (a miner cannot wait
+    for new positions by forcing one), and nobody without the validator's key can compute it.
+    """
+    return bytes(identity.sign(POSITION_TAG))
 
 
 class VersionCache:
@@ -85,8 +96,9 @@ class Validator:
             group_size=group_size(ctx),
         )
         self.checker = RolloutValidator(
-            self.cache.source, tok, task_of(ctx), vcfg, position_secret=ctx.identity.seed
+            self.cache.source, tok, task_of(ctx), vcfg, position_secret=position_secret(ctx.identity)
         )
+        self.checked: OrderedDict[str, None] = OrderedDict()
         self.scores = _make_scores(ctx)
         self.queue: queue.Queue[tuple[float, Any]] = queue.Queue(QUEUE_MAX)
         self.waiting: deque[tuple[float, Any]] = deque()
@@ -153,12 +165,20 @@ class Validator:
         return None
 
     def check(self, item: Any) -> Any:
-        """Fetch the batch, judge it, publish the verdict; returns the BatchVerdict."""
+        """Fetch the batch, judge it, publish the verdict; returns the BatchVerdict (None: a repeat).
+
+        A blob is judged once: the checker records each prompt index it has seen, so judging the
+        same blob again (a re-gossiped or replayed announcement) would fail it as
+        ``duplicate_index`` and zero an honest miner.
+        """
         from p2prl.proof.validate import BLOB_MISMATCH, to_verdict
 
         ctx = self.ctx
         ann: RolloutAnnouncement = item.message
         miner = item.envelope.signer
+        if ann.blob.id in self.checked:
+            ctx.status.incr_label("dropped", "duplicate_announcement")
+            return None
         t0 = time.monotonic()
         ctx.net.add_provider_hint(ann.blob.id, getattr(item, "origin", item.from_peer))
         try:
@@ -171,6 +191,9 @@ class Validator:
             bv = _all(ann.groups, BLOB_MISMATCH)
             data = None
         if data is not None:
+            self.checked[ann.blob.id] = None
+            while len(self.checked) > CHECKED_BLOBS:
+                self.checked.popitem(last=False)
             bv = self.checker.check(ann, miner, data, self.current.version)
         verdict = to_verdict(bv, ann, miner)
         ctx.publish("verdicts", verdict)

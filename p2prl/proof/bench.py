@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from p2prl.proof.batch import build_batch
+from p2prl.proof.calibrate import calibrate
 from p2prl.proof.fingerprint import SKETCH_DIM
 from p2prl.proof.miner import PreparedBatch, announce, mine_batch
 from p2prl.proof.validate import RolloutValidator, ValidatorConfig
@@ -36,6 +37,7 @@ CASES = (
     "stale_k16",
 )
 STALE_KS = (1, 2, 4, 8, 16)
+TOLERANCES = ("fingerprint_tol", "fingerprint_tol_rollout", "logprob_tol_mean", "logprob_tol_max")
 GROUP_SIZE = 8
 MINER_A = bytes(range(32))
 MINER_B = bytes(range(32, 64))
@@ -244,6 +246,9 @@ def run_setup(setup: ModelSetup, n_rollouts: int, lr: float, log: Any = print) -
     )
     mh = manifest_of(setup.model)
     idx = _groups_for(n_rollouts)
+    cfg, drift = calibrate(setup.model, setup.tokenizer, setup.task, p, mh, cfg)
+    res["calibration"] = {"honest_drift": drift, **{k: getattr(cfg, k) for k in TOLERANCES}}
+    log(f"  {setup.name:5s} calibrated: {res['calibration']}")
 
     def validator() -> RolloutValidator:
         return RolloutValidator.for_model(setup.model, setup.tokenizer, setup.task, 5, mh, config=cfg)
@@ -331,7 +336,6 @@ def run_setup(setup: ModelSetup, n_rollouts: int, lr: float, log: Any = print) -
     cur = versions[-1]
     cur_mh = manifest_of(cur)
     res["details"]["changed_fraction_per_version"] = _changed_fraction(versions[-2], cur)
-    stale_cfg_validator = RolloutValidator.for_model(cur, setup.tokenizer, setup.task, 5, cur_mh, config=cfg)
     for k in STALE_KS:
         old = versions[-1 - k]
         prepared = mine_batch(
@@ -344,7 +348,9 @@ def run_setup(setup: ModelSetup, n_rollouts: int, lr: float, log: Any = print) -
             GROUP_SIZE,
             replace(p, seed=100 + k),
         )
-        judge(f"stale_k{k}", prepared, stale_cfg_validator)
+        # a fresh validator per k: each case's batch reuses the same prompt slots
+        fresh = RolloutValidator.for_model(cur, setup.tokenizer, setup.task, 5, cur_mh, config=cfg)
+        judge(f"stale_k{k}", prepared, fresh)
     n = res["cases"]["honest_b32"][0]
     res["verify_seconds_per_rollout"] = res["details"]["honest_b32"]["verify_s"] / n
     res["generate_seconds_per_rollout"] = res["details"]["honest_b32"]["generate_s"] / n

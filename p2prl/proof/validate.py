@@ -75,7 +75,8 @@ HARD_FAILURES = frozenset(
 
 @dataclass(frozen=True)
 class ValidatorConfig:
-    """Tolerances and bounds. Defaults are calibrated by ``p2prl bench proof`` (docs/PROOF.md)."""
+    """Tolerances and bounds. The default tolerances suit engines whose honest drift is up to ~2.5% of
+    the hidden state (the 24M configuration on CPU); a network sets its own with ``proof.calibrate``."""
 
     max_staleness: int = 4
     temperature: float = 1.0
@@ -83,12 +84,12 @@ class ValidatorConfig:
     max_new_tokens: int = 64
     group_size: int | None = None  # rollouts per group; None accepts 1..limits.max_rollouts_per_group
     # fingerprint: relative error of the hidden state, estimated from the sketches
-    fingerprint_tol: float = 0.011  # rms over all checked positions of a group
-    fingerprint_tol_rollout: float = 0.02  # rms over one rollout's checked positions
+    fingerprint_tol: float = 0.05  # rms over all checked positions of a group
+    fingerprint_tol_rollout: float = 0.08  # rms over one rollout's checked positions
     positions_per_rollout: int = 64  # 0 = every position
     # behaviour logprobs vs recomputed
-    logprob_tol_mean: float = 0.02
-    logprob_tol_max: float = 0.25
+    logprob_tol_mean: float = 0.1
+    logprob_tol_max: float = 0.4
     # chosen tokens: Fisher's combination of per-token tail probabilities, rejected below this p-value
     distribution_alpha: float = 1e-6
     # a repeated (prompt, completion) is a copy when its probability under the model is below this

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from p2prl.rl.buffer import ReplayBuffer
+from p2prl.rl.cpu import torch_threads
 from p2prl.rl.engine import GenerationParams, HFEngine
 from p2prl.rl.evaluate import greedy_success
 from p2prl.rl.grpo import GRPOConfig, GRPOTrainer
@@ -48,6 +49,7 @@ class LocalConfig:
     eval_problems: int = 256
     cache_dir: Path = field(default_factory=default_cache_dir)
     model_dir: Path | None = None
+    threads: int = 0  # torch intra-op threads for the run; 0: p2prl.rl.cpu.default_threads() (1)
 
 
 def changed_fraction(prev: dict[str, Tensor], new: dict[str, Tensor]) -> float:
@@ -67,7 +69,17 @@ def version_hash(seed: int, version: int) -> str:
 
 
 def train_local(cfg: LocalConfig, on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Run until ``minutes`` or ``max_steps``; returns the summary (see ``p2prl train-local --json``)."""
+    """Run until ``minutes`` or ``max_steps``; returns the summary (see ``p2prl train-local --json``).
+
+    Runs with ``cfg.threads`` torch threads (one by default: see ``p2prl.rl.cpu``), restored after.
+    """
+    with torch_threads(cfg.threads) as threads:
+        summary = _train_local(cfg, on_step)
+    summary["threads"] = threads
+    return summary
+
+
+def _train_local(cfg: LocalConfig, on_step: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     model_dir = cfg.model_dir or build_default_model(cfg.cache_dir)
     task = get_task("addition", digits=DIGITS)
@@ -132,6 +144,7 @@ def train_local(cfg: LocalConfig, on_step: Callable[[dict[str, Any]], None] | No
         "steps": step,
         "versions": trainer.version,
         "elapsed_s": time.monotonic() - t0,
+        "seconds_per_step": (time.monotonic() - t0) / step if step else None,
         "lr": cfg.lr,
         "seed": cfg.seed,
         "reward_first": history[0]["reward"] if history else None,

@@ -21,12 +21,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from p2prl.rl.cpu import torch_threads
 from p2prl.rl.tasks import AdditionTask
 from p2prl.rl.tokenizer import CharTokenizer, Tokenizer, load_tokenizer
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL_NAME = "p2prl-tiny-addition-v1"
+DEFAULT_MODEL_NAME = "p2prl-tiny-addition-v2"  # bump whenever ARCH or WARM_START changes
 META_FILE = "p2prl_model.json"
 DIGITS = 2
 # Small on purpose: the network demo runs many processes on two shared cores.
@@ -38,7 +39,9 @@ ARCH = {
     "num_key_value_heads": 4,
     "max_position_embeddings": 64,
 }
-WARM_START = {"seed": 0, "steps": 400, "batch": 64, "lr": 3e-3}
+# 600 steps: greedy success ≈ 0.34, sampled reward ≈ 0.12 — enough groups with mixed rewards for
+# GRPO to learn from at once (400 steps gave 0.19 / 0.09 and a slow start).
+WARM_START = {"seed": 0, "steps": 600, "batch": 64, "lr": 3e-3}
 
 
 def unique_state(model: torch.nn.Module) -> dict[str, Tensor]:
@@ -119,16 +122,12 @@ def build_default_model(cache_dir: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tok = CharTokenizer()
     task = AdditionTask(digits=DIGITS)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         torch.manual_seed(WARM_START["seed"])
         model = Qwen2ForCausalLM(default_config(tok.vocab_size))
         _warm_start(model, tok, task)
         model = model.to(torch.bfloat16)
         success = greedy_success(model, tok, task, n=256, max_new_tokens=DIGITS + 2)
-    finally:
-        torch.set_num_threads(threads)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent))
     try:
         from transformers.utils import logging as hf_logging

@@ -10,6 +10,7 @@ also run for real, in a temporary directory standing in for its volumes.
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import json
 import os
 import re
@@ -301,7 +302,13 @@ def test_genesis_points_at_the_compose_services(compose: dict[str, Any]) -> None
     listen_port = node_config(trainer).listen.rsplit("/", 1)[-1]
     trainer_name = next(n for n, s in node_services(compose).items() if s is trainer)
     (boot,) = opts["bootstrap"]
-    assert boot.startswith(f"/dns4/{trainer_name}/tcp/{listen_port}/p2p/")
+    # py-libp2p resolves /dns4 names with its own DNS queries, so the trainer gets a fixed address
+    ip = trainer["networks"]["p2prl"]["ipv4_address"]
+    subnet = compose["networks"]["p2prl"]["ipam"]["config"][0]["subnet"]
+    assert ipaddress.ip_address(ip) in ipaddress.ip_network(subnet)
+    assert init_env["TRAINER_IP"] == ip
+    assert boot.replace("$TRAINER_IP", ip).startswith(f"/ip4/{ip}/tcp/{listen_port}/p2p/")
+    assert trainer_name == "trainer"
     assert opts["s3_endpoint"] == "http://minio:9000"
     bucket = opts["s3_bucket"].replace("$BUCKET", init_env["BUCKET"])
     assert bucket == env_of(svcs["bucket"])["BUCKET"]
@@ -345,7 +352,7 @@ def test_wiring(compose: dict[str, Any]) -> None:
     svcs = services(compose)
     declared_volumes = set(compose["volumes"])
     for name, svc in svcs.items():
-        assert svc.get("networks") == ["p2prl"], f"{name} must be on the private network only"
+        assert list(svc.get("networks", [])) == ["p2prl"], f"{name} must be on the private network only"
         image = svc["image"]
         assert ":" in image and not image.endswith(":latest"), f"{name}: pin the image ({image})"
         for dep in svc.get("depends_on", {}):
@@ -414,10 +421,12 @@ def test_init_script_runs(compose: dict[str, Any], tmp_path: Path) -> None:
     assert genesis.read_bytes() == before, "a second `up` must not re-sign the genesis"
 
     from p2prl.crypto.keys import load_identity
+    from p2prl.net.identity import peer_id_for
     from p2prl.node.genesis import read_genesis
 
     g = read_genesis(genesis).genesis
-    assert g.trainer == load_identity(tmp_path / "keys" / "trainer" / "node.key").public_hex
+    trainer = load_identity(tmp_path / "keys" / "trainer" / "node.key")
+    assert g.trainer == trainer.public_hex
     assert list(g.validators) == [load_identity(tmp_path / "keys" / "validator" / "node.key").public_hex]
     assert g.s3 is not None and g.s3["bucket"] == env["BUCKET"] and g.s3["endpoint"] == "http://minio:9000"
-    assert g.bootstrap[0].startswith("/dns4/trainer/tcp/4001/p2p/")
+    assert g.bootstrap == (f"/ip4/{env['TRAINER_IP']}/tcp/4001/p2p/{peer_id_for(trainer)}",)

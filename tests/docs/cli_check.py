@@ -24,8 +24,9 @@ except ImportError:  # pragma: no cover - older typer on top of click
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Values that stand for something filled in later (shell variables, compose interpolation).
-_PLACEHOLDER = re.compile(r"\$\{?[A-Za-z_]|<[^>]+>")
+# Values that stand for something filled in later: shell variables, compose interpolation,
+# ``<peer id>``, and usage-notation metavariables such as ``URL`` or ``K``.
+_PLACEHOLDER = re.compile(r"\$\{?[A-Za-z_]|<[^>]+>|^[A-Z][A-Z0-9_]*$")
 _ENV_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _SHELL_OPS = {"|", "||", "&&", ";", "&"}
 

@@ -82,10 +82,14 @@ _INLINE = re.compile(r"(?<!`)`(p2prl [^`]+)`(?!`)")
 
 
 def _synopsis(text: str) -> str:
-    """Usage notation in prose to a plain command: ``[--json]`` is checked as ``--json``; ``…`` dropped."""
-    return re.sub(
-        r"\s+", " ", text.replace("[", " ").replace("]", " ").replace("…", " ").replace("...", " ")
-    ).strip()
+    """Usage notation in prose to a plain command.
+
+    ``[--json]`` is checked as ``--json`` and ``[--network NET]`` as ``--network NET``; a repeated
+    group such as ``[--node …]`` is dropped, and so is a ``…`` after a value (``ADDR…``).
+    """
+    text = re.sub(r"\[[^\[\]]*(…|\.\.\.)[^\[\]]*\]", " ", text)
+    text = text.replace("[", " ").replace("]", " ").replace("…", " ").replace("...", " ")
+    return re.sub(r"\s+", " ", text).strip()
 
 
 def inline_commands(path: Path) -> list[ShellLine]:
@@ -156,8 +160,13 @@ def substitutions(line: str) -> tuple[str, list[str]]:
     return "".join(out), subs
 
 
+# A placeholder such as ``<trainer peer id>`` is one value, whatever its spaces.
+_PLACEHOLDER = re.compile(r"<[A-Za-z][^<>]*>")
+
+
 def simple_commands(text: str) -> list[list[str]]:
     """The simple commands of a line, those inside command substitutions included."""
+    text = _PLACEHOLDER.sub(lambda m: m.group(0).replace(" ", "_"), text)
     rest, subs = substitutions(text)
     cmds: list[list[str]] = []
     for part in [*subs, rest]:

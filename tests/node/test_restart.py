@@ -4,14 +4,19 @@ from their stored weights and catch up. Real P2PNodes on 127.0.0.1, all in this 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
+from p2prl.net.identity import peer_id_for
 from p2prl.node.miner import perturb_state
 from p2prl.node.runtime import RunningNode, start_node
 from p2prl.node.supervisor import S3Server
 from p2prl.node.weights import load_saved_weights
 from p2prl.patch.hashing import weights_hash
+from p2prl.proof.batch import commitment_root, decode_batch
+from p2prl.protocol.blobs import blob_ref_for
+from p2prl.protocol.messages import RolloutAnnouncement, decode_message, encode_message
 
 pytestmark = pytest.mark.slow
 
@@ -58,9 +63,27 @@ def s3(monkeypatch: pytest.MonkeyPatch):
     server.stop()
 
 
+def replayed_announcement(miner: RunningNode, net) -> SimpleNamespace:
+    """A freshly signed announcement of the miner's newest batch: what a replay or re-gossip delivers."""
+    bid = miner.role.pinned[-1]
+    data = miner.ctx.store.get(bid)
+    batch = decode_batch(data)
+    ann = RolloutAnnouncement(
+        version=batch.version,
+        manifest_hash=batch.manifest_hash,
+        blob=blob_ref_for(data, chunk_size=64 * 1024),
+        groups=len(batch.groups),
+        commitment_root=commitment_root(batch),
+    )
+    assert ann.blob.id == bid
+    env, msg = decode_message(encode_message(net.ids["miner1"], "test-net", ann), "test-net")
+    pid = peer_id_for(net.ids["miner1"])
+    return SimpleNamespace(message=msg, envelope=env, from_peer=pid, origin=pid)
+
+
 def test_miner_and_validator_restart_from_stored_weights(make_net, wait_for, s3) -> None:
-    """Versions published while they were down reach them through the S3 mirror (gossip of a
-    restarted peer id to the trainer is not relied on; see docs/NODE.md, Restarts)."""
+    """Versions published while they were down reach them (S3 mirror or gossip); after the restart
+    new versions reach the miner by gossip alone (its second life runs without S3)."""
     net = make_net(("trainer", "validator", "miner1"))
     t = start_node(net.config("trainer", **s3))
     v = m = None
@@ -73,6 +96,16 @@ def test_miner_and_validator_restart_from_stored_weights(make_net, wait_for, s3)
         h1 = t.role.chain.result_hash
         wait_for(lambda: m.role.active.version == 1 and v.role.current.version == 1, 90, "v1 everywhere")
         wait_for(lambda: v.ctx.status.counter("groups_accepted") > 0, 90, "accepted groups")
+        # a repeated announcement of a judged blob is dropped, not re-checked (which would fail it
+        # as duplicate_index and zero an honest miner)
+        again = replayed_announcement(m, net)
+        wait_for(lambda: again.message.blob.id in v.role.checked, 60, "the batch checked")
+        v.role.on_announcement(again)
+        dropped = lambda: v.ctx.status.snapshot()["labelled"].get("dropped", {})  # noqa: E731
+        wait_for(lambda: dropped().get("duplicate_announcement", 0) >= 1, 30, "replay dropped")
+        snap = v.ctx.status.snapshot()
+        assert "duplicate_index" not in snap["labelled"].get("rejected", {})
+        assert snap["scores"].get(net.ids["miner1"].public_hex, 0) > 0
         m.close()
         v.close()
         m = v = None
@@ -82,7 +115,7 @@ def test_miner_and_validator_restart_from_stored_weights(make_net, wait_for, s3)
         publish_next(t, 2)
         h2 = t.role.chain.result_hash
         v = start_node(net.config("validator", **s3))
-        m = start_node(net.config("miner1", **s3))
+        m = start_node(net.config("miner1"))  # no S3: manifests can only come by gossip
         for node in (m, v):
             assert node.ctx.status.counter("restarts_resumed") == 1
             assert node.ctx.status.snapshot()["weights_hash"] == h1  # resumed from disk, not from v0
@@ -90,6 +123,9 @@ def test_miner_and_validator_restart_from_stored_weights(make_net, wait_for, s3)
         # the fast path from the stored v1 (one delta), not a resync from the anchor
         assert m.ctx.status.counter("slow_path_syncs") == 0
         assert m.ctx.status.counter("patches_applied") == 1
+        publish_next(t, 3)  # gossiped at once to the restarted peer id (not only the 10 s re-gossip)
+        h3 = t.role.chain.result_hash
+        wait_for(lambda: m.role.active.hash == h3, 60, "v3 by gossip after restart")
     finally:
         for node in (m, v, t):
             if node is not None:

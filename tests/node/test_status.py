@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from p2prl.node.http import PORT_FILE, StatusServer, fetch_status
-from p2prl.node.status import MAX_LABELS, MAX_SERIES, NodeStatus
+from p2prl.node.status import MAX_LABELS, MAX_REWARD_SERIES, MAX_SERIES, NodeStatus
 
 
 @pytest.fixture
@@ -40,15 +40,16 @@ def test_bounds() -> None:
     s = NodeStatus("miner", "ab" * 32, "net")
     for i in range(MAX_LABELS + 10):
         s.incr_label("dropped", f"reason{i}")
-    for v in range(MAX_SERIES + 10):
+    for v in range(MAX_REWARD_SERIES + 10):
         s.add_reward(v, 1.0, 1)
         s.record_hash(v, "00")
     s.add_reward(10**6, 0.0, 0)  # empty: ignored
     snap = s.snapshot()
     assert len(snap["labelled"]["dropped"]) == MAX_LABELS + 1  # plus "other"
     assert snap["labelled"]["dropped"]["other"] == 10
-    assert len(snap["reward_by_version"]) == MAX_SERIES
+    assert len(snap["reward_by_version"]) == MAX_REWARD_SERIES
     assert min(int(v) for v in snap["reward_by_version"]) == 10
+    assert len(snap["hashes"]) == MAX_SERIES
     s.transfer("aa", 5, 10)
     assert s.snapshot()["transfers"] == {"aa": {"done": 5, "total": 10}}
     s.transfer("aa", 10, 10)

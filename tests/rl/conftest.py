@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """The tiny model runs fastest on one thread, especially on a shared machine (see p2prl.rl.cpu)."""
+    from p2prl.rl.cpu import torch_threads
+
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,5 @@
 import json
 
-import pytest
 import torch
 from typer.testing import CliRunner
 
@@ -19,7 +18,6 @@ def _mean_reward(engine, tok, task, problems, prompts, seed: int) -> float:
     return sum(rs) / len(rs)
 
 
-@pytest.mark.slow
 def test_short_grpo_run_improves_reward(default_model_dir) -> None:
     """Generation → reward → buffer → GRPO → bf16 publish on a fixed problem set raises the reward."""
     torch.manual_seed(0)
@@ -59,7 +57,6 @@ def test_changed_fraction_compares_bits() -> None:
     assert changed_fraction(a, b) == 0.5  # -0.0 == 0.0 as floats, but the bits differ
 
 
-@pytest.mark.slow
 def test_train_local_cli_json_smoke(default_model_dir, model_cache) -> None:
     from p2prl.cli.main import app
 
@@ -84,3 +81,4 @@ def test_train_local_cli_json_smoke(default_model_dir, model_cache) -> None:
     for key in ("reward_first", "reward_last", "changed_fraction_mean", "greedy_first", "greedy_last"):
         assert 0.0 <= summary[key] <= 1.0
     assert summary["model_dir"] == str(default_model_dir)
+    assert summary["threads"] == 1 and summary["seconds_per_step"] > 0

@@ -1,0 +1,65 @@
+"""Tolerances from measured honest drift: how far this engine's own KV-cache generation, at two
+batch sizes, lands from the validator's full forward pass, times a safety factor, above a floor.
+
+Honest drift depends on the model and the engines (it is exactly 0 for the default tiny model on
+CPU, ~2.4% of the hidden state for the 24M configuration), so a network fixes its tolerances from a
+calibration like this one and publishes them; a fixed number would either accept quantized models
+of small networks or reject honest miners of large ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from p2prl.proof.miner import mine_batch
+from p2prl.proof.validate import RolloutValidator, ValidatorConfig
+
+CAL_MINER = b"\xca" * 32
+
+
+def calibrate(
+    model: Any,
+    tokenizer: Any,
+    task: Any,
+    params: Any,
+    manifest_hash: str,
+    base: ValidatorConfig,
+    n_prompts: int = 4,
+    group_size: int = 8,
+    factor: float = 2.0,
+    fp_floor: float = 0.003,
+    lp_floor: float = 0.01,
+) -> tuple[ValidatorConfig, dict[str, float]]:
+    """``base`` with fingerprint and logprob tolerances set from honest drift; returns the measurement."""
+    from p2prl.rl.engine import HFEngine
+
+    loose = dataclasses.replace(
+        base, fingerprint_tol=1.0, fingerprint_tol_rollout=1.0, logprob_tol_mean=1e9, logprob_tol_max=1e9
+    )
+    worst = {"fp_group": 0.0, "fp_rollout": 0.0, "lp_max": 0.0}
+    for bs, seed in ((1, 7), (group_size * n_prompts, 8)):
+        eng = HFEngine(model, tokenizer, max_batch=bs)
+        p = mine_batch(
+            eng,
+            task,
+            0,
+            manifest_hash,
+            CAL_MINER,
+            list(range(n_prompts)),
+            group_size,
+            dataclasses.replace(params, seed=seed),
+        )
+        v = RolloutValidator.for_model(model, tokenizer, task, 0, manifest_hash, config=loose)
+        s = v.check(p.announcement, CAL_MINER, p.blob, 0).stats
+        worst["fp_group"] = max(worst["fp_group"], s.get("fingerprint_err_group_max", 0.0))
+        worst["fp_rollout"] = max(worst["fp_rollout"], s.get("fingerprint_err_max", 0.0))
+        worst["lp_max"] = max(worst["lp_max"], s.get("logprob_err_max", 0.0))
+    cfg = dataclasses.replace(
+        base,
+        fingerprint_tol=max(fp_floor, factor * worst["fp_group"]),
+        fingerprint_tol_rollout=max(2 * fp_floor, factor * worst["fp_rollout"]),
+        logprob_tol_mean=max(lp_floor, factor * worst["lp_max"] / 2),
+        logprob_tol_max=max(5 * lp_floor, factor * worst["lp_max"]),
+    )
+    return cfg, worst

@@ -1,0 +1,158 @@
+"""A peer that restarts with the same key gets gossip and serves chunks again, right away.
+
+Two ways a peer goes away: a clean stop (its connections close; the other side forgets it), and
+vanishing without a word (a half-open connection, played by a TCP relay that goes silent). In
+both, the peer comes back with the same peer id and must be reached by gossip and chunk requests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import threading
+import time
+from pathlib import Path
+
+from p2prl.crypto.keys import Identity
+from p2prl.net.config import NetConfig
+from p2prl.net.node import P2PNode
+from p2prl.net.peerproc import blob_bytes
+from p2prl.net.store import BlobStore
+from p2prl.net.topics import heartbeats_topic
+from p2prl.protocol import Heartbeat, encode_message
+from p2prl.protocol.blobs import blob_ref_for
+
+NET = "testnet"
+HB = heartbeats_topic(NET)
+
+
+class SilentRelay:
+    """TCP relay on 127.0.0.1 that can go silent: it then swallows bytes and never closes a side,
+    as a crashed host or a NAT that forgot the flow would (the far end sees a live connection)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target = ("127.0.0.1", target_port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.silent = threading.Event()
+        self.closed = threading.Event()
+        self.socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self.socks += [client, server]
+            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        while not self.closed.is_set():
+            try:
+                data = src.recv(65536)
+            except OSError:
+                return
+            if self.silent.is_set():
+                if not data:
+                    self.closed.wait()  # keep the other side open: no FIN, no RST
+                    return
+                continue
+            if not data:
+                try:
+                    dst.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+                return
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.closed.set()
+        for s in [self.listener, *self.socks]:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
+def beat(ident: Identity, version: int) -> bytes:
+    return encode_message(ident, NET, Heartbeat("trainer", version, "p", (), (), {}))
+
+
+def delivered(sender: P2PNode, receiver: P2PNode, version: int, timeout: float) -> bool:
+    """Publish fresh heartbeats until the receiver has one of ``version`` (False after timeout)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sender.publish(HB, beat(sender.identity, version))
+        if any(i.message.version == version for i in receiver.poll(0.5)):
+            return True
+    return False
+
+
+def node(ident: Identity, root: Path) -> P2PNode:
+    n = P2PNode(ident, NET, BlobStore(root), NetConfig())
+    n.start()
+    n.subscribe(HB)
+    return n
+
+
+def check_chunks_both_ways(a: P2PNode, b: P2PNode, seed: int) -> None:
+    """``a`` fetches a blob only ``b`` holds, then ``b`` one only ``a`` holds."""
+    for src, dst, s in ((b, a, seed), (a, b, seed + 1)):
+        data = blob_bytes(s, 300_000)
+        ref = blob_ref_for(data, 64 * 1024)
+        src.store.put(data)
+        dst.add_provider_hint(ref.id, src.peer_id)
+        assert hashlib.sha256(dst.fetch(ref, timeout=30).read_bytes()).hexdigest() == ref.id
+
+
+def test_peer_restarted_after_clean_stop(tmp_path: Path) -> None:
+    ib = Identity.generate()
+    a = node(Identity.generate(), tmp_path / "a")
+    b = b2 = None
+    try:
+        b = node(ib, tmp_path / "b")
+        b.connect(a.addrs[0])
+        assert delivered(a, b, 1, 20)
+        b.stop()
+        b2 = node(ib, tmp_path / "b2")  # same key, so the same peer id
+        assert b2.peer_id == b.peer_id
+        b2.connect(a.addrs[0])
+        assert delivered(a, b2, 2, 10), (a.stats(), b2.stats())
+        check_chunks_both_ways(a, b2, 31)
+    finally:
+        for n in (b2, b, a):
+            if n is not None:
+                n.stop()
+
+
+def test_peer_restarted_after_vanishing(tmp_path: Path) -> None:
+    """The old connection stays half-open on ``a``'s side: ``a`` must notice and use the new one."""
+    ib = Identity.generate()
+    a = node(Identity.generate(), tmp_path / "a")
+    port = int(a.addrs[0].split("/tcp/")[1].split("/")[0])
+    relay = SilentRelay(port)
+    b = b2 = None
+    try:
+        b = node(ib, tmp_path / "b")
+        b.connect(f"/ip4/127.0.0.1/tcp/{relay.port}/p2p/{a.peer_id}")
+        assert delivered(a, b, 1, 20)
+        relay.silent.set()
+        b.stop()
+        assert any(p.peer_id == b.peer_id and p.connected for p in a.peers())  # a sees no change
+        b2 = node(ib, tmp_path / "b2")
+        b2.connect(a.addrs[0])
+        assert delivered(a, b2, 2, 15), (a.stats(), b2.stats())
+        assert a.stats()["dead_conns_closed"] >= 1
+        check_chunks_both_ways(a, b2, 41)
+    finally:
+        for n in (b2, b, a):
+            if n is not None:
+                n.stop()
+        relay.close()
