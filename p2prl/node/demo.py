@@ -245,6 +245,7 @@ def summarize(
         "groups_accepted": int(c.get("groups_accepted", 0)),
         "groups_rejected": int(c.get("groups_rejected", 0)),
         "groups_trained_on": int(trainer.get("counters", {}).get("groups_consumed", 0)),
+        "train_steps": int(trainer.get("counters", {}).get("train_steps", 0)),
         "rejections": validator.get("labelled", {}).get("rejected", {}),
         "reward_first": reward_first,
         "reward_last": reward_last,

@@ -48,7 +48,8 @@ DUPLICATE = "duplicate"
 COPIED = "copied"
 FINGERPRINT = "fingerprint"
 LOGPROB = "logprob"
-DISTRIBUTION = "distribution"
+DISTRIBUTION = "distribution"  # one rollout's tokens are unlikely: the group is dropped, no penalty
+DISTRIBUTION_BATCH = "distribution_batch"  # the whole batch's tokens are: proof of another sampler
 NOT_CHECKED = "not_checked"  # another group of the same batch failed hard
 
 HARD_FAILURES = frozenset(
@@ -68,7 +69,7 @@ HARD_FAILURES = frozenset(
         COPIED,
         FINGERPRINT,
         LOGPROB,
-        DISTRIBUTION,
+        DISTRIBUTION_BATCH,
     }
 )
 
@@ -90,8 +91,11 @@ class ValidatorConfig:
     # behaviour logprobs vs recomputed
     logprob_tol_mean: float = 0.1
     logprob_tol_max: float = 0.4
-    # chosen tokens: Fisher's combination of per-token tail probabilities, rejected below this p-value
+    # chosen tokens: Fisher's combination of per-token tail probabilities. One rollout below
+    # distribution_alpha drops its group (an honest miner loses a group once per 1/alpha rollouts);
+    # the whole batch below distribution_batch_alpha is a hard failure (honest: once per 1e12 batches)
     distribution_alpha: float = 1e-6
+    distribution_batch_alpha: float = 1e-12
     # a repeated (prompt, completion) is a copy when its probability under the model is below this
     # (two honest draws of it then collide with probability < copy_max_prob**2 per pair)
     copy_max_prob: float = 1e-9
@@ -164,10 +168,14 @@ class SeenIndex:
 
 def fisher_log_pvalue(log_tails: np.ndarray) -> float:
     """log P(χ²(2n) ≥ -2 Σ log π): Fisher's combination of n per-token tail probabilities π."""
-    n = int(log_tails.size)
+    return fisher_log_pvalue_sum(float(np.sum(log_tails)), int(log_tails.size))
+
+
+def fisher_log_pvalue_sum(log_tail_sum: float, n: int) -> float:
+    """Fisher's combination from the sum of n log tail probabilities (so batches combine rollouts)."""
     if n == 0:
         return 0.0
-    half = float(-np.sum(log_tails))  # x / 2
+    half = -log_tail_sum  # x / 2
     if half <= 0:
         return 0.0
     i = np.arange(n)
@@ -322,6 +330,16 @@ class RolloutValidator:
                 elif res["seq_logprob"] < math.log(cfg.copy_max_prob):
                     reasons[gi] = COPIED if prev is not None and prev[0] != batch.miner else DUPLICATE
                 local.setdefault(key, gi)
+        log_tails = sum(res["log_tail_sum"] for res in results)
+        n_tails = sum(int(res["n_tails"]) for res in results)
+        batch_logp = fisher_log_pvalue_sum(log_tails, n_tails)
+        stats["distribution_batch_logp"] = batch_logp
+        if batch_logp < math.log(cfg.distribution_batch_alpha):
+            flagged = [gi for gi, r in enumerate(reasons) if r == DISTRIBUTION] or [
+                gi for gi, r in enumerate(reasons) if r == OK
+            ]
+            for gi in flagged:
+                reasons[gi] = DISTRIBUTION_BATCH
         for gi, v in fp_sq.items():
             sq, cnt = sum(v[0::2]), sum(v[1::2])
             err = math.sqrt(sq / cnt) if cnt else 0.0
@@ -425,6 +443,8 @@ class RolloutValidator:
             "lp_mean": float(lp_err.mean()),
             "lp_max": float(lp_err.max()),
             "dist_logp": fisher_log_pvalue(tails),
+            "log_tail_sum": float(np.sum(tails)),
+            "n_tails": float(tails.size),
             "seq_logprob": float(lp.sum()),
         }
 

@@ -243,6 +243,18 @@ def test_node_settings_are_accepted(compose: dict[str, Any]) -> None:
         assert any(p.endswith(f":{cfg.status_port}") and p.startswith("127.0.0.1:") for p in svc["ports"])
 
 
+def test_no_misspelt_settings(compose: dict[str, Any]) -> None:
+    """The node ignores P2PRL_ variables it does not know, so a typo would silently do nothing: none here."""
+    from p2prl.node.config import ENV_PREFIX, FIELDS
+
+    known = {ENV_PREFIX + n.upper() for n in FIELDS} | {"P2PRL_CONFIG", "P2PRL_LOG_LEVEL"}
+    for name, svc in node_services(compose).items():
+        unknown = sorted(
+            k for k in {**image_env(), **env_of(svc)} if k.startswith(ENV_PREFIX) and k not in known
+        )
+        assert not unknown, f"{name}: unknown settings {unknown}"
+
+
 def _init_script(compose: dict[str, Any]) -> str:
     return "\n".join(services(compose)["init"]["command"])
 

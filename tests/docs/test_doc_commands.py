@@ -179,6 +179,25 @@ def test_node_settings_check_can_fail() -> None:
         node_config_of(("node", "--role", "miner"))  # no genesis
 
 
+def _all_option_names() -> set[str]:
+    from cli_check import option_names
+
+    return {n for path in command_paths() for n in option_names(path)}
+
+
+# Flags of other programs that the guides mention in prose.
+_FOREIGN_FLAGS = {"--gpus", "--build", "--build-arg", "--rm", "--restart"}
+
+
+@pytest.mark.parametrize("doc", GUIDES, ids=lambda p: _rel(p))
+def test_flags_named_in_prose_exist(doc: Path) -> None:
+    """A flag a guide names on its own (`--keep-versions`) is an option of some p2prl command."""
+    known = _all_option_names() | _FOREIGN_FLAGS
+    named = set(re.findall(r"`(--[a-z][a-z0-9-]*)`", doc.read_text()))
+    unknown = sorted(named - known)
+    assert not unknown, f"{_rel(doc)} names options no p2prl command has: {unknown}"
+
+
 def test_help_of_every_command_shown() -> None:
     from typer.testing import CliRunner
 
