@@ -26,8 +26,11 @@ fi
 stamp="$VENV/.p2prl-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   python -m pip install -q --upgrade pip
-  # the CPU build of torch; any other torch pulls CUDA packages
-  python -c "import torch" 2>/dev/null || python -m pip install -q "torch==${P2PRL_TORCH_VERSION:-2.13.0}"
+  # The CPU build of torch. Where pip's default index would hand out the CUDA build, point it at a
+  # CPU index: P2PRL_TORCH_INDEX=https://download.pytorch.org/whl/cpu
+  if ! python -c "import torch" 2>/dev/null; then
+    python -m pip install -q ${P2PRL_TORCH_INDEX:+--index-url "$P2PRL_TORCH_INDEX"} "torch==${P2PRL_TORCH_VERSION:-2.13.0}"
+  fi
   python -m pip install -q -e ".[test]"
   touch "$stamp"
 fi
