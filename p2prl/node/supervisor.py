@@ -51,6 +51,8 @@ class S3Server:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         from moto.server import ThreadedMotoServer
 
+        # werkzeug logs every request at INFO, which would scroll over the dashboard
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
         self.host = host
         self.port = port or free_port(host)
         self._server = ThreadedMotoServer(ip_address=host, port=self.port, verbose=False)
