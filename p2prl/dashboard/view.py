@@ -153,16 +153,49 @@ def scores_table(statuses: list[Status]) -> Table | None:
     return t
 
 
+REWARD_FRACTION = 0.1  # reward_first / reward_last: mean over the first / last 10 % of versions…
+REWARD_MIN_VERSIONS = 3  # …but over at least this many (one version's mean is a noisy sample)
+SPARK_WIDTH = 48
+
+
+def mean_reward(series: list[tuple[int, float, int]]) -> float | None:
+    """Mean over all rollouts of the given (version, mean, count) entries."""
+    n = sum(c for _, _, c in series)
+    return sum(m * c for _, m, c in series) / n if n else None
+
+
+def reward_ends(series: list[tuple[int, float, int]]) -> tuple[float | None, float | None]:
+    """(reward_first, reward_last): the mean reward of all rollouts in the first / last 10 % of the
+    versions that have any (at least 3 versions each), so one noisy version does not decide them."""
+    k = max(REWARD_MIN_VERSIONS, round(REWARD_FRACTION * len(series)))
+    return mean_reward(series[:k]), mean_reward(series[-k:])
+
+
+def smoothed(series: list[tuple[int, float, int]], width: int = SPARK_WIDTH) -> list[float]:
+    """The whole history in at most ``width`` contiguous buckets, each its rollout-weighted mean."""
+    n = len(series)
+    buckets = min(width, n)
+    out = []
+    for b in range(buckets):
+        m = mean_reward(series[b * n // buckets : (b + 1) * n // buckets])
+        if m is not None:
+            out.append(m)
+    return out
+
+
 def reward_panel(statuses: list[Status]) -> Panel:
     series = reward_series(statuses)
     if not series:
         return Panel("no rewards recorded yet", title="mean task reward over versions")
-    means = [m for _, m, _ in series]
-    first_v, first_m, _ = series[0]
-    last_v, last_m, _ = series[-1]
+    # the summary's ends, but never overlapping on a short history
+    k = max(1, min(max(REWARD_MIN_VERSIONS, round(REWARD_FRACTION * len(series))), len(series) // 2))
+    first, last = mean_reward(series[:k]), mean_reward(series[-k:])
     body = Text()
-    body.append(sparkline(means) + "\n", style="cyan")
-    body.append(f"v{first_v}: {first_m:.3f}  →  v{last_v}: {last_m:.3f}   ({len(series)} versions)")
+    body.append(sparkline(smoothed(series)) + "\n", style="cyan")
+    body.append(
+        f"first {k} versions: {first or 0.0:.3f}  →  last {k}: {last or 0.0:.3f}   "
+        f"(v{series[0][0]}–v{series[-1][0]}, {len(series)} versions)"
+    )
     return Panel(body, title="mean task reward over versions")
 
 

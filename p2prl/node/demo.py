@@ -32,8 +32,6 @@ S3_ENV = {
     "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
-REWARD_FRACTION = 0.1  # reward_first / reward_last: mean over the first / last 10 % of versions…
-REWARD_MIN_VERSIONS = 3  # …but over at least this many (one version's mean is a noisy sample)
 
 
 @dataclass
@@ -187,23 +185,11 @@ def _wait_up(
         stop.wait(1.0)
 
 
-def _mean_reward(series: list[tuple[int, float, int]]) -> float | None:
-    n = sum(c for _, _, c in series)
-    return sum(m * c for _, m, c in series) / n if n else None
-
-
-def reward_ends(series: list[tuple[int, float, int]]) -> tuple[float | None, float | None]:
-    """(reward_first, reward_last): the mean reward of all rollouts in the first / last 10 % of the
-    versions that have any (at least 3 versions each), so one noisy version does not decide them."""
-    k = max(REWARD_MIN_VERSIONS, round(REWARD_FRACTION * len(series)))
-    return _mean_reward(series[:k]), _mean_reward(series[-k:])
-
-
 def summarize(
     plan: dict[str, Any], statuses: dict[str, dict[str, Any] | None], names: list[str]
 ) -> dict[str, Any]:
     """The run summary from every node's final status (see docs/NODE.md)."""
-    from p2prl.dashboard.view import reward_series
+    from p2prl.dashboard.view import reward_ends, reward_series
 
     trainer = statuses.get("trainer") or {}
     validator = statuses.get("validator") or {}

@@ -51,7 +51,7 @@ def test_render_network() -> None:
     assert "trainer at version 7" in out
     assert "2.0 KiB" in out and "3 ms" in out
     assert "fingerprint" in out and "bbbbbbbbbbbbbbbb" in out
-    assert "v1: 0.100" in out and "v7: 0.600" in out
+    assert "first 1 versions: 0.100  →  last 1: 0.600" in out and "v1–v7, 2 versions" in out
     assert "unreachable" in out
     assert "50% of 100 B" in out
     assert reward_series([t.snapshot(), m.snapshot()]) == [(1, 0.1, 10), (7, 0.6, 10)]
@@ -70,3 +70,13 @@ def test_poll_real_endpoints() -> None:
         assert res[1][1] is None and res[1][2]
     finally:
         server.stop()
+
+
+def test_reward_history_is_bucketed_and_weighted() -> None:
+    from p2prl.dashboard.view import SPARK_WIDTH, smoothed
+
+    series = [(v, float(v), 1) for v in range(200)]
+    buckets = smoothed(series)
+    assert len(buckets) == SPARK_WIDTH and buckets == sorted(buckets)
+    assert buckets[0] < 5 and buckets[-1] > 195  # the whole history, oldest first
+    assert smoothed([(0, 0.0, 3), (1, 1.0, 1)], width=1) == [0.25]

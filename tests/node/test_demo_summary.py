@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from p2prl.node.demo import reward_ends
+from p2prl.dashboard.view import reward_ends
 
 
 def test_reward_ends_use_at_least_three_versions() -> None:
