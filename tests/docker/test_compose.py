@@ -91,38 +91,12 @@ def image_env() -> dict[str, str]:
     return dockerfile_image_env(ROOT / "docker" / "Dockerfile")
 
 
-def _substitutions(line: str) -> tuple[str, list[str]]:
-    """Cut ``$( ... )`` (balanced, quotes respected) out of a line: (line with a marker, their contents)."""
-    out, subs, i = [], [], 0
-    while i < len(line):
-        if line.startswith("$(", i):
-            depth, j, quote = 1, i + 2, ""
-            while j < len(line) and depth:
-                c = line[j]
-                if quote:
-                    quote = "" if c == quote else quote
-                elif c in "'\"":
-                    quote = c
-                elif c == "(":
-                    depth += 1
-                elif c == ")":
-                    depth -= 1
-                j += 1
-            subs.append(line[i + 2 : j - 1])
-            out.append("SUBSTITUTED")
-            i = j
-        else:
-            out.append(line[i])
-            i += 1
-    return "".join(out), subs
-
-
 def shell_commands(script: str) -> list[list[str]]:
     """Simple commands of a shell script, including those inside ``$( ... )``."""
     script = re.sub(r"\\\n", " ", script)
     lines: list[str] = []
     for line in script.splitlines():
-        rest, subs = _substitutions(line)
+        rest, subs = cli_check.substitutions(line)
         lines += [*subs, rest]
     out: list[list[str]] = []
     for line in lines:

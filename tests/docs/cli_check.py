@@ -193,3 +193,31 @@ def option_names(path: tuple[str, ...]) -> set[str]:
         cmd = cmd.commands[name]
         ctx = _context(cmd, name, ctx)
     return set(_names(cmd, ctx))
+
+
+def substitutions(line: str) -> tuple[str, list[str]]:
+    """Cut ``$( ... )`` (balanced, quotes respected) out of a line: (line with a marker, their contents)."""
+    out: list[str] = []
+    subs: list[str] = []
+    i = 0
+    while i < len(line):
+        if line.startswith("$(", i):
+            depth, j, quote = 1, i + 2, ""
+            while j < len(line) and depth:
+                c = line[j]
+                if quote:
+                    quote = "" if c == quote else quote
+                elif c in "'\"":
+                    quote = c
+                elif c == "(":
+                    depth += 1
+                elif c == ")":
+                    depth -= 1
+                j += 1
+            subs.append(line[i + 2 : j - 1])
+            out.append("SUBSTITUTED")
+            i = j
+        else:
+            out.append(line[i])
+            i += 1
+    return "".join(out), subs

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from cli_check import p2prl_argv, split_segments
+from cli_check import p2prl_argv, split_segments, substitutions
 
 SHELL_LANGS = {"bash", "sh", "shell", "console"}
 _FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w-]*)")
@@ -130,34 +130,6 @@ def fenced_blocks(path: Path, lang: str) -> list[tuple[int, str]]:
             continue
         cur.append(raw)
     return out
-
-
-def substitutions(line: str) -> tuple[str, list[str]]:
-    """Cut ``$( ... )`` (balanced, quotes respected) out of a line: (line with a marker, their contents)."""
-    out: list[str] = []
-    subs: list[str] = []
-    i = 0
-    while i < len(line):
-        if line.startswith("$(", i):
-            depth, j, quote = 1, i + 2, ""
-            while j < len(line) and depth:
-                c = line[j]
-                if quote:
-                    quote = "" if c == quote else quote
-                elif c in "'\"":
-                    quote = c
-                elif c == "(":
-                    depth += 1
-                elif c == ")":
-                    depth -= 1
-                j += 1
-            subs.append(line[i + 2 : j - 1])
-            out.append("SUBSTITUTED")
-            i = j
-        else:
-            out.append(line[i])
-            i += 1
-    return "".join(out), subs
 
 
 # A placeholder such as ``<trainer peer id>`` is one value, whatever its spaces.
