@@ -251,8 +251,11 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
     root.mkdir(parents=True, exist_ok=True)
     names = _nodes(opts)
     stop = threading.Event()
-    prev = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # a closed terminal (SIGHUP) or a kill (SIGTERM) stops the network like Ctrl-C: no orphaned nodes
+    stop_signals = (signal.SIGTERM, signal.SIGHUP)
+    prev = {sig: signal.getsignal(sig) for sig in stop_signals}
+    for sig in stop_signals:
+        signal.signal(sig, lambda *_: stop.set())
     summary: dict[str, Any] | None = None
     sup = Supervisor(root)
     try:
@@ -288,7 +291,8 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
         summary = {"error": str(e)}
     finally:
         codes = sup.stop_all()
-        signal.signal(signal.SIGTERM, prev)
+        for sig, handler in prev.items():
+            signal.signal(sig, handler)
         if summary is not None and "error" not in summary:
             summary["exit_codes"] = codes
         if opts.summary_json is not None and summary is not None:

@@ -57,7 +57,59 @@ def test_demo_with_dishonest_miner(tmp_path: Path, model_cache: Path) -> None:
     assert s["rollouts_accepted"] > 0 and s["groups_trained_on"] > 0, detail
     assert honest["score"] > 0 and honest["groups_accepted"] > 0
     assert cheat["score"] == 0 and cheat["groups_accepted"] == 0 and cheat["groups_rejected"] > 0
-    hard = {"fingerprint", "logprob", "distribution", "not_checked"}
+    hard = {"fingerprint", "logprob", "distribution", "distribution_batch", "not_checked"}
     assert set(s["rejections"]) & hard, s["rejections"]
     assert s["reward_first"] is not None and s["reward_last"] is not None
     assert len(s["reward_by_version"]) >= 1
+
+
+def _processes_under(path: Path) -> list[int]:
+    """Pids of live processes whose command line names ``path``."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = next(
+                (ln for ln in (d / "status").read_text().splitlines() if ln.startswith("State:")), ""
+            )
+        except OSError:
+            continue
+        if str(path) in cmd and "Z" not in state.split()[1:2]:
+            pids.append(int(d.name))
+    return pids
+
+
+def test_hangup_stops_every_node(tmp_path: Path, model_cache: Path) -> None:
+    """Closing the terminal (SIGHUP) stops the demo like Ctrl-C: no node outlives it."""
+    import signal
+    import time
+
+    root = tmp_path / "demo"
+    env = {**os.environ, "P2PRL_CACHE": str(model_cache)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "p2prl", "demo", "--headless", "--dir", str(root)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 180
+        for line in proc.stdout:  # "nodes: ..." once every node process is spawned
+            if line.startswith("nodes:") or time.monotonic() > deadline:
+                break
+        assert len(_processes_under(root)) >= 4, "the demo's nodes did not start"
+        proc.send_signal(signal.SIGHUP)
+        proc.wait(timeout=90)
+        deadline = time.monotonic() + 20
+        while _processes_under(root) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _processes_under(root) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _processes_under(root):
+            os.kill(pid, 9)
