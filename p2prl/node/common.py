@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from p2prl.node.context import NodeContext
+from p2prl.node.manifests import ManifestBook
 from p2prl.node.weights import Weights, load_base_model, load_saved_weights
 from p2prl.patch.hashing import weights_hash
 
@@ -69,3 +71,29 @@ def load_start(ctx: NodeContext, weights_dir: Path) -> tuple[Any, Any, Weights]:
         ctx.status.incr_label("warnings", "base_hash_mismatch")
         return model, tok, Weights(0, "", base)
     return model, tok, Weights(0, h, base)
+
+
+@dataclass
+class SyncedRole:
+    """What a role that follows the trainer's chain starts with (miners and validators alike)."""
+
+    dir: Path
+    book: ManifestBook
+    engine: Any  # p2prl.rl.engine.HFEngine
+    tok: Any
+    start: Weights
+
+    @property
+    def weights_dir(self) -> Path:
+        return self.dir / "weights"
+
+
+def open_synced_role(ctx: NodeContext, name: str) -> SyncedRole:
+    """The role's data directory, its manifest book, an engine and the weights to start from."""
+    from p2prl.rl.engine import HFEngine
+
+    d = ctx.data_dir / name
+    d.mkdir(parents=True, exist_ok=True)
+    book = ManifestBook(ctx.network_id, ctx.genesis.trainer_key, d / "manifests")
+    model, tok, start = load_start(ctx, d / "weights")
+    return SyncedRole(d, book, HFEngine(model, tok), tok, start)

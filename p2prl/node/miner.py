@@ -18,9 +18,8 @@ from typing import Any
 
 import torch
 
-from p2prl.node.common import generation_params, group_size, groups_per_batch, load_start, task_of
+from p2prl.node.common import generation_params, group_size, groups_per_batch, open_synced_role, task_of
 from p2prl.node.context import NodeContext, Pump
-from p2prl.node.manifests import ManifestBook
 from p2prl.node.sync import WeightSync
 from p2prl.node.weights import Weights, sha256_of_state
 from p2prl.protocol.blobs import blob_ref_for
@@ -47,16 +46,11 @@ def perturb_state(state: dict[str, torch.Tensor], rel: float, seed: int = 0) -> 
 class Miner:
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx
-        self.dir = ctx.data_dir / "miner"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.book = ManifestBook(ctx.network_id, ctx.genesis.trainer_key, self.dir / "manifests")
-        model, tok, start = load_start(ctx, self.dir / "weights")
-        from p2prl.rl.engine import HFEngine
-
-        self.engine = HFEngine(model, tok)
-        self.tok = tok
+        role = open_synced_role(ctx, "miner")
+        self.dir, self.book, self.engine, self.tok = role.dir, role.book, role.engine, role.tok
+        start = role.start
         self.task = task_of(ctx)
-        self.sync = WeightSync(ctx, self.book, start, self.dir / "weights")
+        self.sync = WeightSync(ctx, self.book, start, role.weights_dir)
         self.active: Weights = start
         self._activate(start)
         self.pinned: deque[str] = deque()

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from p2prl.node.common import genesis_base_hash
+from p2prl.node.common import generation_params, genesis_base_hash
 from p2prl.node.context import NodeContext, NodeStartError, Pump
 from p2prl.node.weights import load_base_model, sha256_of_state
 from p2prl.patch.hashing import weights_hash
@@ -100,7 +100,7 @@ class Trainer:
             raise NodeStartError(
                 f"the base model here hashes to {base_hash[:16]}…, genesis says {genesis_base_hash(ctx)[:16]}…"
             )
-        gkw: dict[str, Any] = {"temperature": int(ctx.g.generation.get("temperature_milli", 1000)) / 1000}
+        gkw: dict[str, Any] = {"temperature": generation_params(ctx).temperature}
         if cfg.lr > 0:
             gkw["lr"] = cfg.lr
         self.grpo = GRPOTrainer(model, GRPOConfig(**gkw), pad_id=self.tok.pad_id)

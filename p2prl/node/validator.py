@@ -15,9 +15,8 @@ import time
 from collections import OrderedDict, deque
 from typing import Any
 
-from p2prl.node.common import group_size, load_start, task_of
+from p2prl.node.common import generation_params, group_size, open_synced_role, task_of
 from p2prl.node.context import NodeContext, Pump
-from p2prl.node.manifests import ManifestBook
 from p2prl.node.sync import WeightSync
 from p2prl.node.weights import Weights, sha256_of_state
 from p2prl.protocol.messages import PatchManifest, RolloutAnnouncement
@@ -76,23 +75,20 @@ class VersionCache:
 class Validator:
     def __init__(self, ctx: NodeContext) -> None:
         from p2prl.proof.validate import RolloutValidator, ValidatorConfig
-        from p2prl.rl.engine import HFEngine
 
         self.ctx = ctx
-        self.dir = ctx.data_dir / "validator"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.book = ManifestBook(ctx.network_id, ctx.genesis.trainer_key, self.dir / "manifests")
-        model, tok, start = load_start(ctx, self.dir / "weights")
-        self.engine = HFEngine(model, tok)
+        role = open_synced_role(ctx, "validator")
+        self.dir, self.book, self.engine, tok = role.dir, role.book, role.engine, role.tok
+        start = role.start
         self.cache = VersionCache(self.engine, max(ctx.config.keep_states, int(ctx.g.max_staleness) + 1))
         self.cache.add(start)
-        self.sync = WeightSync(ctx, self.book, start, self.dir / "weights", consecutive=True)
-        g = ctx.g.generation
+        self.sync = WeightSync(ctx, self.book, start, role.weights_dir, consecutive=True)
+        gen = generation_params(ctx)
         vcfg = ValidatorConfig(
             max_staleness=int(ctx.g.max_staleness),
-            temperature=int(g.get("temperature_milli", 1000)) / 1000,
-            top_p=int(g.get("top_p_milli", 1000)) / 1000,
-            max_new_tokens=int(g.get("max_new_tokens", 8)),
+            temperature=gen.temperature,
+            top_p=gen.top_p,
+            max_new_tokens=gen.max_new_tokens,
             group_size=group_size(ctx),
         )
         self.checker = RolloutValidator(
