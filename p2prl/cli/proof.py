@@ -15,6 +15,9 @@ def bench_proof(
     models: str = typer.Option(
         "tiny,big", "--models", help="Comma list of: tiny (default model), big (~24M)."
     ),
+    checked_per_group: int = typer.Option(
+        2, "--checked-per-group", min=0, help="Rollouts per group the validator recomputes (0: all)."
+    ),
     lr: float = typer.Option(3e-6, "--lr", help="AdamW learning rate of the versions behind stale_k*."),
     cache_dir: Path = typer.Option(
         Path(os.environ.get("P2PRL_CACHE", Path.home() / ".cache" / "p2prl")),
@@ -33,7 +36,7 @@ def bench_proof(
         if not as_json:
             typer.echo(msg)
 
-    result = run(cache_dir, rollouts, which, lr, log=log)
+    result = run(cache_dir, rollouts, which, lr, log=log, checked_per_group=checked_per_group)
     if as_json:
         typer.echo(json.dumps(result, sort_keys=True, default=float))
         return
@@ -42,10 +45,11 @@ def bench_proof(
         rate = c["accepted"] / c["n"] if c["n"] else 0.0
         typer.echo(f"{c['case']:22s} {c['n']:6d} {c['accepted']:9d} {rate:7.1%}")
     for name, m in result["models"].items():
-        ratio = m["verify_seconds_per_rollout"] / m["generate_seconds_per_rollout"]
+        gen = m["generate_seconds_per_rollout"]
+        ver, full = m["verify_seconds_per_rollout"], m["verify_full_seconds_per_rollout"]
         typer.echo(
-            f"{name}: verify {m['verify_seconds_per_rollout'] * 1e3:.2f} ms/rollout, generate "
-            f"{m['generate_seconds_per_rollout'] * 1e3:.2f} ms/rollout (ratio {ratio:.0%}), "
+            f"{name}: generate {gen * 1e3:.2f} ms/rollout; verify {ver * 1e3:.2f} ms/rollout "
+            f"({ver / gen:.0%}), every rollout recomputed {full * 1e3:.2f} ({full / gen:.0%}); "
             f"blob {m['blob_bytes_per_token']:.1f} B/token"
         )
     typer.echo(f"commitment: {result['commitment_bytes_per_token']} bytes per token")

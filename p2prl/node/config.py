@@ -128,6 +128,12 @@ class NodeConfig:
         default=3,
         metadata={"help": "Validator: recent versions' weights kept to check slightly stale rollouts."},
     )
+    checked_per_group: int = field(
+        default=2,
+        metadata={
+            "help": "Validator: rollouts per group recomputed with the model, picked after receipt (0: all)."
+        },
+    )
 
     # ------------------------------------------------------------------
     @property
@@ -157,6 +163,8 @@ class NodeConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be positive")
+        if self.checked_per_group < 0:
+            raise ConfigError("checked_per_group must be >= 0")
         if self.dishonest_perturb < 0:
             raise ConfigError("dishonest_perturb must be >= 0")
         return self

@@ -90,6 +90,7 @@ class Validator:
             top_p=gen.top_p,
             max_new_tokens=gen.max_new_tokens,
             group_size=group_size(ctx),
+            checked_per_group=ctx.config.checked_per_group,
         )
         self.checker = RolloutValidator(
             self.cache.source, tok, task_of(ctx), vcfg, position_secret=position_secret(ctx.identity)

@@ -228,8 +228,13 @@ def _forge_other_tokens(setup: ModelSetup, version: int, mh: str, indices: list[
     return announce(build_batch(version, mh, MINER_A, groups))
 
 
-def run_setup(setup: ModelSetup, n_rollouts: int, lr: float, log: Any = print) -> dict[str, Any]:
-    """All cases for one model; returns ``{case: (n, accepted)}`` plus timings and details."""
+def run_setup(
+    setup: ModelSetup, n_rollouts: int, lr: float, log: Any = print, checked_per_group: int = 2
+) -> dict[str, Any]:
+    """All cases for one model; returns ``{case: (n, accepted)}`` plus timings and details.
+
+    Cases are judged by a validator that recomputes ``checked_per_group`` rollouts per group (as
+    nodes do); the honest batch is also judged with every rollout recomputed, for the full cost."""
     import torch
 
     from p2prl.rl.engine import HFEngine
@@ -243,6 +248,7 @@ def run_setup(setup: ModelSetup, n_rollouts: int, lr: float, log: Any = print) -
         top_p=p.top_p,
         group_size=GROUP_SIZE,
         max_staleness=4,
+        checked_per_group=checked_per_group,
     )
     mh = manifest_of(setup.model)
     idx = _groups_for(n_rollouts)
@@ -274,6 +280,12 @@ def run_setup(setup: ModelSetup, n_rollouts: int, lr: float, log: Any = print) -
         gen_s = time.perf_counter() - t0
         judge(case, prepared)
         res["details"][case]["generate_s"] = gen_s
+        full = RolloutValidator.for_model(
+            setup.model, setup.tokenizer, setup.task, 5, mh, config=replace(cfg, checked_per_group=0)
+        )
+        t0 = time.perf_counter()
+        full.check(prepared.announcement, MINER_A, prepared.blob, 5)
+        res["details"][case]["verify_full_s"] = time.perf_counter() - t0
     torch.set_num_threads(1)  # the miner on one thread, the validator on all
     try:
         prepared = mine_batch(
@@ -354,6 +366,7 @@ def run_setup(setup: ModelSetup, n_rollouts: int, lr: float, log: Any = print) -
     n = res["cases"]["honest_b32"][0]
     res["verify_seconds_per_rollout"] = res["details"]["honest_b32"]["verify_s"] / n
     res["generate_seconds_per_rollout"] = res["details"]["honest_b32"]["generate_s"] / n
+    res["verify_full_seconds_per_rollout"] = res["details"]["honest_b32"]["verify_full_s"] / n
     tokens = honest.batch.n_completion_tokens
     res["blob_bytes_per_token"] = len(honest.blob) / tokens
     res["mean_completion_tokens"] = tokens / honest.batch.n_rollouts
@@ -371,13 +384,18 @@ def _changed_fraction(a: Any, b: Any) -> float:
 
 
 def run(
-    cache_dir: Path, n_rollouts: int, models: tuple[str, ...], lr: float, log: Any = print
+    cache_dir: Path,
+    n_rollouts: int,
+    models: tuple[str, ...],
+    lr: float,
+    log: Any = print,
+    checked_per_group: int = 2,
 ) -> dict[str, Any]:
     """The whole benchmark; the JSON object ``p2prl bench proof --json`` prints."""
     per_model = {}
     for s in setups(cache_dir, models):
         log(f"model {s.name}: {sum(p.numel() for p in s.model.parameters()) / 1e6:.1f}M parameters")
-        per_model[s.name] = run_setup(s, n_rollouts, lr, log)
+        per_model[s.name] = run_setup(s, n_rollouts, lr, log, checked_per_group)
     cases = []
     for c in CASES:
         n = sum(r["cases"][c][0] for r in per_model.values())
@@ -385,10 +403,12 @@ def run(
         cases.append({"case": c, "n": n, "accepted": acc})
     ver = [r["verify_seconds_per_rollout"] for r in per_model.values()]
     gen = [r["generate_seconds_per_rollout"] for r in per_model.values()]
+    full = [r["verify_full_seconds_per_rollout"] for r in per_model.values()]
     return {
         "cases": cases,
         "verify_seconds_per_rollout": float(np.mean(ver)),
         "generate_seconds_per_rollout": float(np.mean(gen)),
+        "verify_full_seconds_per_rollout": float(np.mean(full)),
         "commitment_bytes_per_token": SKETCH_DIM,
         "models": {
             name: {
@@ -397,5 +417,10 @@ def run(
             }
             for name, r in per_model.items()
         },
-        "settings": {"rollouts_per_case": n_rollouts, "group_size": GROUP_SIZE, "lr": lr},
+        "settings": {
+            "rollouts_per_case": n_rollouts,
+            "group_size": GROUP_SIZE,
+            "checked_per_group": checked_per_group,
+            "lr": lr,
+        },
     }

@@ -1,9 +1,10 @@
 """The validator's checks of a miner's rollout batch, each failure named by a stable reason code.
 
 Order: cheap checks first (blob hash, version, header, commitment root, prompts, rewards, sizes,
-duplicates), then one batched teacher-forced forward pass over the surviving rollouts, from which the
-fingerprint, the behaviour logprobs and the distribution of the chosen tokens are checked. A group is
-accepted only when every rollout in it passes. Reasons in ``HARD_FAILURES`` prove misbehaviour (an
+duplicates) over every rollout, then batched teacher-forced forward passes over ``checked_per_group``
+rollouts of each surviving group (picked after receipt from the validator's secret) and every repeat,
+from which the fingerprint, the behaviour logprobs and the distribution of the chosen tokens are
+checked. A group is accepted only when every check of it passes. Reasons in ``HARD_FAILURES`` prove misbehaviour (an
 honest miner never produces them) and zero the miner's score window; the others (stale, a version
 this validator does not hold, a blob that does not match its announcement) are not the miner's fault
 for sure and only drop the batch.
@@ -22,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from p2prl.proof.batch import BatchError, BatchLimits, RolloutBatch, commitment_root, decode_batch
-from p2prl.proof.fingerprint import SKETCH_DIM, differences, sketch
+from p2prl.proof.fingerprint import SKETCH_DIM
+from p2prl.proof.recompute import Job, fisher_log_pvalues, rollout_stats
 from p2prl.protocol.messages import RolloutAnnouncement, Verdict
 
 OK = "ok"
@@ -88,6 +90,9 @@ class ValidatorConfig:
     fingerprint_tol: float = 0.05  # rms over all checked positions of a group
     fingerprint_tol_rollout: float = 0.08  # rms over one rollout's checked positions
     positions_per_rollout: int = 64  # 0 = every position
+    # rollouts per group recomputed with the model (0 = all), picked after receipt like the positions;
+    # the cheap checks (prompt, reward, length, duplicates) always cover every rollout
+    checked_per_group: int = 2
     # behaviour logprobs vs recomputed
     logprob_tol_mean: float = 0.1
     logprob_tol_max: float = 0.4
@@ -100,7 +105,7 @@ class ValidatorConfig:
     # (two honest draws of it then collide with probability < copy_max_prob**2 per pair)
     copy_max_prob: float = 1e-9
     seen_capacity: int = 1 << 20
-    forward_batch: int = 32
+    forward_tokens: int = 8192  # padded tokens per batched forward
     sketch_dim: int = SKETCH_DIM
     limits: BatchLimits = field(default_factory=BatchLimits)
 
@@ -173,15 +178,7 @@ def fisher_log_pvalue(log_tails: np.ndarray) -> float:
 
 def fisher_log_pvalue_sum(log_tail_sum: float, n: int) -> float:
     """Fisher's combination from the sum of n log tail probabilities (so batches combine rollouts)."""
-    if n == 0:
-        return 0.0
-    half = -log_tail_sum  # x / 2
-    if half <= 0:
-        return 0.0
-    i = np.arange(n)
-    terms = i * math.log(half) - np.array([math.lgamma(k + 1) for k in range(n)])
-    m = float(terms.max())
-    return -half + m + math.log(float(np.exp(terms - m).sum()))
+    return float(fisher_log_pvalues(np.array([log_tail_sum]), np.array([n]))[0])
 
 
 class RolloutValidator:
@@ -295,17 +292,35 @@ class RolloutValidator:
                 if self.task.reward(problem, self.tokenizer.decode(ids)) != r.reward:
                     reasons[gi] = REWARD
                     break
-        todo = [
-            (gi, ri)
-            for gi, g in enumerate(batch.groups)
-            if reasons[gi] == OK
-            for ri in range(len(g.rollouts))
-        ]
-        results = self._model_checks(batch, model, todo, blob_id)
-        fp_sq: dict[int, list[float]] = {}
-        stats = {"fingerprint_err_max": 0.0, "logprob_err_max": 0.0, "distribution_logp_min": 0.0}
+        # duplicates, over every rollout: a repeat is only suspicious when it is unlikely under the
+        # model, so every repeat is recomputed whether or not it was sampled
         unique = [0] * len(batch.groups)
         local: dict[bytes, int] = {}  # this batch's (prompt, completion) keys -> first group
+        repeats: dict[tuple[int, int], bool] = {}  # (group, rollout) -> seen from another miner
+        for gi, g in enumerate(batch.groups):
+            if reasons[gi] != OK:
+                continue
+            for ri, r in enumerate(g.rollouts):
+                key = SeenIndex.key(g.prompt_ids, r.completion_ids)
+                prev, first = self.seen.get(key), local.get(key)
+                if prev is None and (first is None or first == gi):
+                    unique[gi] += int(first is None)
+                else:
+                    repeats[(gi, ri)] = prev is not None and prev[0] != batch.miner
+                local.setdefault(key, gi)
+        todo = []
+        for gi, g in enumerate(batch.groups):
+            if reasons[gi] == OK:
+                picked = self._sampled(blob_id, gi, len(g.rollouts))
+                todo += [(gi, ri) for ri in range(len(g.rollouts)) if ri in picked or (gi, ri) in repeats]
+        results = self._model_checks(batch, model, todo, blob_id)
+        fp_sq: dict[int, list[float]] = {}
+        stats = {
+            "fingerprint_err_max": 0.0,
+            "logprob_err_max": 0.0,
+            "distribution_logp_min": 0.0,
+            "rollouts_recomputed": float(len(todo)),
+        }
         for (gi, ri), res in zip(todo, results, strict=True):
             fp_sq.setdefault(gi, []).append(res["fp_sq"])
             fp_sq[gi].append(res["fp_n"])
@@ -320,16 +335,8 @@ class RolloutValidator:
                 reasons[gi] = LOGPROB
             elif res["dist_logp"] < math.log(cfg.distribution_alpha):
                 reasons[gi] = DISTRIBUTION
-            else:
-                g = batch.groups[gi]
-                key = SeenIndex.key(g.prompt_ids, g.rollouts[ri].completion_ids)
-                prev = self.seen.get(key)
-                first = local.get(key)
-                if prev is None and (first is None or first == gi):
-                    unique[gi] += int(first is None)
-                elif res["seq_logprob"] < math.log(cfg.copy_max_prob):
-                    reasons[gi] = COPIED if prev is not None and prev[0] != batch.miner else DUPLICATE
-                local.setdefault(key, gi)
+            elif (gi, ri) in repeats and res["seq_logprob"] < math.log(cfg.copy_max_prob):
+                reasons[gi] = COPIED if repeats[(gi, ri)] else DUPLICATE
         log_tails = sum(res["log_tail_sum"] for res in results)
         n_tails = sum(int(res["n_tails"]) for res in results)
         batch_logp = fisher_log_pvalue_sum(log_tails, n_tails)
@@ -397,81 +404,29 @@ class RolloutValidator:
         rng = np.random.default_rng(int.from_bytes(seed.digest()[:8], "big"))
         return np.sort(rng.choice(n, size=k, replace=False))
 
+    def _sampled(self, blob_id: str, gi: int, n: int) -> set[int]:
+        """The rollouts of group ``gi`` recomputed with the model, unknown to the miner at commit time."""
+        k = self.config.checked_per_group
+        if k <= 0 or k >= n:
+            return set(range(n))
+        seed = hashlib.sha256(
+            b"sample" + self.position_secret + bytes.fromhex(blob_id) + gi.to_bytes(4, "big")
+        )
+        rng = np.random.default_rng(int.from_bytes(seed.digest()[:8], "big"))
+        return {int(i) for i in rng.choice(n, size=k, replace=False)}
+
     def _model_checks(
         self, batch: RolloutBatch, model: Any, todo: list[tuple[int, int]], blob_id: str
     ) -> list[dict[str, float]]:
         cfg = self.config
-        out: list[dict[str, float]] = []
-        for start in range(0, len(todo), cfg.forward_batch):
-            chunk = todo[start : start + cfg.forward_batch]
-            seqs = [
-                (batch.groups[gi].prompt_ids, batch.groups[gi].rollouts[ri].completion_ids)
-                for gi, ri in chunk
-            ]
-            for (gi, ri), (hidden, logits) in zip(chunk, forward_states(model, seqs), strict=True):
-                r = batch.groups[gi].rollouts[ri]
-                out.append(
-                    self._rollout_stats(
-                        batch, r, hidden, logits, self._positions(blob_id, gi, ri, len(hidden))
-                    )
-                )
-        return out
-
-    def _rollout_stats(
-        self, batch: RolloutBatch, r: Any, hidden: Any, logits: Any, pos: np.ndarray
-    ) -> dict[str, float]:
-        import torch
-
-        from p2prl.rl.engine import processed_logprobs
-
-        cfg = self.config
-        d = differences(r.sketches[pos], sketch(hidden[pos], batch.manifest_hash, batch.sketch_dim))
-        fp_sq, fp_n = float(np.sum(d * d)), float(d.size)
-        tgt = torch.as_tensor(r.completion_ids.astype(np.int64))[:, None]
-        t = cfg.temperature if cfg.temperature > 0 else 1.0
-        lp = processed_logprobs(logits, t, cfg.top_p).gather(1, tgt).squeeze(1).double().numpy()
-        lp_err = np.abs(lp - r.logprobs.astype(np.float64))
-        # tail probability of each chosen token under the temperature-scaled distribution (no top-p:
-        # that only makes honest tokens look likelier, so the test stays conservative)
-        probs = torch.softmax(logits.float() / t, dim=-1).double()
-        p_x = probs.gather(1, tgt)
-        tails = (probs * (probs <= p_x * (1 + 1e-6))).sum(-1).clamp(min=1e-300).log().numpy()
-        return {
-            "fp_sq": fp_sq,
-            "fp_n": fp_n,
-            "fp_rollout": math.sqrt(fp_sq / fp_n) if fp_n else 0.0,
-            "lp_mean": float(lp_err.mean()),
-            "lp_max": float(lp_err.max()),
-            "dist_logp": fisher_log_pvalue(tails),
-            "log_tail_sum": float(np.sum(tails)),
-            "n_tails": float(tails.size),
-            "seq_logprob": float(lp.sum()),
-        }
-
-
-def forward_states(model: Any, seqs: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[Any, Any]]:
-    """One batched full forward (right padding, no cache): per sequence the float32 last hidden states
-    ``[n, d]`` and logits ``[n, V]`` at the positions that produced each completion token."""
-    import torch
-
-    dev = next(model.parameters()).device
-    lens = [len(p) + len(c) for p, c in seqs]
-    width = max(lens)
-    ids = torch.zeros((len(seqs), width), dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, (p, c) in enumerate(seqs):
-        ids[i, : lens[i]] = torch.as_tensor(np.concatenate([p, c]).astype(np.int64))
-        mask[i, : lens[i]] = 1
-    head = model.get_output_embeddings()
-    with torch.no_grad():
-        h = model.base_model(
-            input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False
-        ).last_hidden_state
-        out = []
-        for i, (p, c) in enumerate(seqs):
-            hs = h[i, len(p) - 1 : len(p) - 1 + len(c)]
-            out.append((hs.float().cpu(), head(hs).float().cpu()))
-    return out
+        jobs = []
+        for gi, ri in todo:
+            g, r = batch.groups[gi], batch.groups[gi].rollouts[ri]
+            pos = self._positions(blob_id, gi, ri, len(r.completion_ids))
+            jobs.append(Job(g.prompt_ids, r.completion_ids, r.logprobs, r.sketches, pos))
+        return rollout_stats(
+            model, jobs, batch.manifest_hash, batch.sketch_dim, cfg.temperature, cfg.top_p, cfg.forward_tokens
+        )
 
 
 def _all(n: int, reason: str, hard: bool = False) -> BatchVerdict:

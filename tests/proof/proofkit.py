@@ -68,5 +68,8 @@ class World:
 
 
 def make_world() -> World:
-    cfg = ValidatorConfig(max_new_tokens=PARAMS.max_new_tokens, group_size=GROUP, max_staleness=2)
+    # every rollout recomputed: each test breaks one rollout and expects that check to see it
+    cfg = ValidatorConfig(
+        max_new_tokens=PARAMS.max_new_tokens, group_size=GROUP, max_staleness=2, checked_per_group=0
+    )
     return World(small_model(0), small_model(1), CharTokenizer(), get_task("addition", digits=1), cfg)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from proofkit import MH, MINER, OTHER_MINER, VERSION, World
+from proofkit import GROUP, MH, MINER, OTHER_MINER, VERSION, World
 
 from p2prl.proof import validate as V
 from p2prl.proof.batch import build_batch
@@ -156,8 +157,12 @@ def _retarget(world: World, index: int, key: bytes) -> int:
     raise AssertionError("no index found")
 
 
-def test_copied_rollouts_detected_by_seen_index(world: World) -> None:
-    p = world.mine(indices=(32, 33))
+def _copy_accepted_batch(
+    world: World, indices: tuple[int, ...]
+) -> tuple[Any, V.RolloutValidator, V.BatchVerdict]:
+    """MINER's batch accepted, then its rollouts re-sent by OTHER_MINER on the indices (under its own
+    key) whose derived problems are the same: returns MINER's batch, the validator, the copy's verdict."""
+    p = world.mine(indices=indices)
     v = world.validator()
     assert _reasons(v.check(p.announcement, MINER, p.blob, VERSION)) == {V.OK}
     b = copy.deepcopy(p.batch)
@@ -165,7 +170,11 @@ def test_copied_rollouts_detected_by_seen_index(world: World) -> None:
     for g in b.groups:
         g.index = _retarget(world, g.index, OTHER_MINER)
     q = announce(b)
-    verdict = v.check(q.announcement, OTHER_MINER, q.blob, VERSION)
+    return p, v, v.check(q.announcement, OTHER_MINER, q.blob, VERSION)
+
+
+def test_copied_rollouts_detected_by_seen_index(world: World) -> None:
+    p, v, verdict = _copy_accepted_batch(world, (32, 33))
     assert V.COPIED in _reasons(verdict) and verdict.hard_failure
     # and the same miner resubmitting its own prompt slots
     r = announce(copy.deepcopy(p.batch))
@@ -233,3 +242,66 @@ def test_fisher_combination() -> None:
     # uniform tails are not suspicious; many small ones are
     assert fisher_log_pvalue(np.log(np.full(20, 0.5))) > np.log(0.01)
     assert fisher_log_pvalue(np.log(np.full(20, 1e-2))) < np.log(1e-6)
+
+
+def _sampled_world(world: World, k: int) -> World:
+    return dataclasses.replace(world, config=dataclasses.replace(world.config, checked_per_group=k))
+
+
+def test_sampling_recomputes_only_the_picked_rollouts(world: World) -> None:
+    """With ``checked_per_group`` = 1 the validator runs the model on one rollout per group, picked from
+    its secret after receipt: a lie there is caught, a lie elsewhere is not (the cheap checks still
+    cover every rollout), and the forward pass shrinks accordingly."""
+    w = _sampled_world(world, 1)
+    p = world.mine(indices=(50, 51, 52))
+    secret = b"s" * 32
+    v = w.validator(position_secret=secret)
+    honest = v.check(p.announcement, MINER, p.blob, VERSION)
+    assert _reasons(honest) == {V.OK} and honest.stats["rollouts_recomputed"] == 3
+    picked = [v._sampled(p.announcement.blob.id, gi, GROUP) for gi in range(3)]
+    assert all(len(s) == 1 for s in picked)
+
+    # a lie in rollout 0 of group 0 only: caught exactly when the validator picked that rollout for
+    # this blob (the picks depend on the blob id, so they are read after the lie is made)
+    outcomes = []
+    for j in range(40):
+        b = copy.deepcopy(p.batch)
+        b.groups[0].rollouts[0].logprobs = b.groups[0].rollouts[0].logprobs - 0.5 - 0.01 * j
+        q = announce(b)
+        v = w.validator(position_secret=secret)
+        caught = 0 in v._sampled(q.announcement.blob.id, 0, GROUP)
+        verdict = v.check(q.announcement, MINER, q.blob, VERSION)
+        assert (verdict.groups[0].reason == V.LOGPROB) == caught
+        assert verdict.hard_failure == caught
+        outcomes.append(caught)
+    assert 0 < sum(outcomes) < len(outcomes)  # picked about a quarter of the time
+    # a lie in every rollout is always caught
+    b = copy.deepcopy(p.batch)
+    for g in b.groups:
+        for r in g.rollouts:
+            r.logprobs = r.logprobs - 0.5
+    q = announce(b)
+    verdict = w.validator(position_secret=secret).check(q.announcement, MINER, q.blob, VERSION)
+    assert _reasons(verdict) == {V.LOGPROB} and verdict.hard_failure
+
+
+def test_sampled_picks_follow_the_validators_secret(world: World) -> None:
+    w = _sampled_world(world, 2)
+    a, b = (w.validator(position_secret=s) for s in (b"a" * 32, b"b" * 32))
+    blob = "ab" * 32
+    picks_a = [frozenset(a._sampled(blob, gi, 8)) for gi in range(64)]
+    assert picks_a == [frozenset(a._sampled(blob, gi, 8)) for gi in range(64)]  # stable per secret
+    assert picks_a != [frozenset(b._sampled(blob, gi, 8)) for gi in range(64)]
+    assert all(len(s) == 2 and s <= set(range(8)) for s in picks_a)
+    assert len(set(picks_a)) > 10  # not the same pair every time
+
+
+def test_sampling_still_rejects_whole_forgeries_and_copies(world: World) -> None:
+    w = _sampled_world(world, 1)
+    p = w.mine(model=world.other, indices=(53, 54))
+    verdict = w.validator().check(p.announcement, MINER, p.blob, VERSION)
+    assert _reasons(verdict) == {V.FINGERPRINT} and verdict.hard_failure
+    # a repeat is recomputed whether or not it was picked, so a copy is still told from a likely draw
+    _, _, verdict = _copy_accepted_batch(w, (55, 56))
+    assert V.COPIED in _reasons(verdict) and verdict.hard_failure
+    assert verdict.stats["rollouts_recomputed"] == 2 * GROUP  # every rollout repeats a seen one

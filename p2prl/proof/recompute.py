@@ -1,0 +1,183 @@
+"""The validator's recomputation: one batched teacher-forced forward over many rollouts, and from it
+every per-rollout statistic the checks need.
+
+Everything after the forward runs on the flat axis of all completion tokens at once and is reduced per
+rollout with segment sums: on small models a per-rollout Python loop costs more than the forward
+itself. Work over the vocabulary is done in slices of at most ``vocab_elems`` logits, so a large
+vocabulary never makes the validator hold ``tokens x vocab`` doubles at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from p2prl.proof.fingerprint import differences, sketch
+
+VOCAB_ELEMS = 1 << 22  # logits processed at once in float64 (32 MiB)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One rollout to recompute: its prompt and completion, what the miner claimed, where to look."""
+
+    prompt_ids: np.ndarray
+    completion_ids: np.ndarray
+    logprobs: np.ndarray  # behaviour logprobs the miner reported, [n]
+    sketches: np.ndarray  # the miner's sketches, [n, m]
+    positions: np.ndarray  # completion positions whose sketches are compared
+
+
+def token_chunks(lengths: Sequence[int], budget: int) -> list[range]:
+    """Consecutive runs of sequences whose padded size (rows x longest) stays within ``budget``
+    tokens (a single longer sequence gets a run of its own)."""
+    runs, start, width = [], 0, 0
+    for i, n in enumerate(lengths):
+        w = max(width, n)
+        if i > start and (i - start + 1) * w > budget:
+            runs.append(range(start, i))
+            start, w = i, n
+        width = w
+    if start < len(lengths):
+        runs.append(range(start, len(lengths)))
+    return runs
+
+
+def forward_flat(model: Any, seqs: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[Any, Any]:
+    """One right-padded full forward (no cache). Returns the float32 last hidden states ``[N, d]`` and
+    logits ``[N, V]`` at the positions that produced each completion token, all sequences concatenated
+    in order (``N`` = total completion tokens)."""
+    import torch
+
+    dev = next(model.parameters()).device
+    lens = [len(p) + len(c) for p, c in seqs]
+    ids = torch.zeros((len(seqs), max(lens)), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    rows, cols = [], []
+    for i, (p, c) in enumerate(seqs):
+        ids[i, : lens[i]] = torch.as_tensor(np.concatenate([p, c]).astype(np.int64))
+        mask[i, : lens[i]] = 1
+        rows.append(np.full(len(c), i))
+        cols.append(np.arange(len(p) - 1, len(p) - 1 + len(c)))
+    r = torch.as_tensor(np.concatenate(rows)).to(dev)
+    c = torch.as_tensor(np.concatenate(cols)).to(dev)
+    with torch.no_grad():
+        h = model.base_model(input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False)
+        hs = h.last_hidden_state[r, c]
+        logits = model.get_output_embeddings()(hs)
+    return hs.float().cpu(), logits.float().cpu()
+
+
+def token_scores(
+    logits: Any, targets: np.ndarray, temperature: float, top_p: float, vocab_elems: int = VOCAB_ELEMS
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per token: the log-probability of the target under the sampled distribution (temperature,
+    top-p), and the log tail probability ``log P(a token no likelier than the target)`` under the
+    temperature-scaled distribution (no top-p: that only makes honest tokens look likelier, so the
+    test stays conservative)."""
+    import torch
+
+    from p2prl.rl.engine import processed_logprobs
+
+    t = temperature if temperature > 0 else 1.0
+    tgt = torch.as_tensor(targets.astype(np.int64))[:, None]
+    step = max(1, vocab_elems // max(1, logits.shape[1]))
+    lps, tails = [], []
+    for s in range(0, logits.shape[0], step):
+        lg, tg = logits[s : s + step], tgt[s : s + step]
+        lps.append(processed_logprobs(lg, t, top_p).gather(1, tg).squeeze(1).double())
+        probs = torch.softmax(lg.double() / t, dim=-1)
+        p_x = probs.gather(1, tg)
+        tails.append((probs * (probs <= p_x * (1 + 1e-6))).sum(-1).clamp(min=1e-300).log())
+    if not lps:
+        return np.zeros(0), np.zeros(0)
+    return torch.cat(lps).numpy(), torch.cat(tails).numpy()
+
+
+def fisher_log_pvalues(log_tail_sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Per segment, log P(χ²(2n) ≥ -2 Σ log π) (Fisher's combination of n tail probabilities), from
+    each segment's sum of log tails and its count: ``-x/2 + log Σ_{i<n} (x/2)^i / i!``."""
+    half = -np.asarray(log_tail_sums, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.int64)
+    out = np.zeros(half.shape)
+    live = (half > 0) & (counts > 0)
+    if not live.any():
+        return out
+    n_max = int(counts[live].max())
+    i = np.arange(n_max)
+    lgam = np.array([math.lgamma(k + 1) for k in range(n_max)])
+    terms = i[None, :] * np.log(half[live])[:, None] - lgam[None, :]
+    terms = np.where(i[None, :] < counts[live][:, None], terms, -np.inf)
+    m = terms.max(1)
+    out[live] = -half[live] + m + np.log(np.exp(terms - m[:, None]).sum(1))
+    return out
+
+
+def rollout_stats(
+    model: Any,
+    jobs: Sequence[Job],
+    manifest_hash: str,
+    sketch_dim: int,
+    temperature: float,
+    top_p: float,
+    forward_tokens: int,
+) -> list[dict[str, float]]:
+    """For every job, in order: fingerprint squared error and count (``fp_sq``, ``fp_n``) and its rms
+    (``fp_rollout``), mean and max absolute logprob error, Fisher log p-value of its tokens
+    (``dist_logp``) with the log-tail sum and count it came from, and its sequence log-probability."""
+    out: list[dict[str, float]] = []
+    lengths = [len(j.prompt_ids) + len(j.completion_ids) for j in jobs]
+    for run in token_chunks(lengths, forward_tokens):
+        part = [jobs[i] for i in run]
+        hidden, logits = forward_flat(model, [(j.prompt_ids, j.completion_ids) for j in part])
+        out.extend(_chunk_stats(part, hidden, logits, manifest_hash, sketch_dim, temperature, top_p))
+    return out
+
+
+def _chunk_stats(
+    jobs: Sequence[Job],
+    hidden: Any,
+    logits: Any,
+    manifest_hash: str,
+    sketch_dim: int,
+    temperature: float,
+    top_p: float,
+) -> list[dict[str, float]]:
+    n = np.array([len(j.completion_ids) for j in jobs])
+    seg = np.repeat(np.arange(len(jobs)), n)
+    starts = np.concatenate([[0], np.cumsum(n)[:-1]])
+    # fingerprint at the chosen positions
+    k = np.array([len(j.positions) for j in jobs])
+    flat_pos = np.concatenate([s + j.positions for s, j in zip(starts, jobs, strict=True)]).astype(np.int64)
+    claimed = np.concatenate([j.sketches[j.positions] for j in jobs])
+    d = differences(claimed, sketch(hidden[flat_pos], manifest_hash, sketch_dim))
+    fp_sq = np.bincount(np.repeat(np.arange(len(jobs)), k), (d * d).sum(1), minlength=len(jobs))
+    fp_n = k * sketch_dim
+    # logprobs and tails
+    targets = np.concatenate([j.completion_ids for j in jobs])
+    lp, tails = token_scores(logits, targets, temperature, top_p)
+    lp_err = np.abs(lp - np.concatenate([j.logprobs for j in jobs]).astype(np.float64))
+    lp_sum_err = np.bincount(seg, lp_err, minlength=len(jobs))
+    lp_max = np.zeros(len(jobs))
+    np.maximum.at(lp_max, seg, lp_err)
+    tail_sum = np.bincount(seg, tails, minlength=len(jobs))
+    dist = fisher_log_pvalues(tail_sum, n)
+    seq_lp = np.bincount(seg, lp, minlength=len(jobs))
+    return [
+        {
+            "fp_sq": float(fp_sq[i]),
+            "fp_n": float(fp_n[i]),
+            "fp_rollout": math.sqrt(fp_sq[i] / fp_n[i]) if fp_n[i] else 0.0,
+            "lp_mean": float(lp_sum_err[i] / n[i]) if n[i] else 0.0,
+            "lp_max": float(lp_max[i]),
+            "dist_logp": float(dist[i]),
+            "log_tail_sum": float(tail_sum[i]),
+            "n_tails": float(n[i]),
+            "seq_logprob": float(seq_lp[i]),
+        }
+        for i in range(len(jobs))
+    ]

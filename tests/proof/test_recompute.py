@@ -1,0 +1,75 @@
+"""The validator's flat recomputation agrees with the per-rollout definitions it replaces."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from proofkit import MH, World
+
+from p2prl.proof.fingerprint import SKETCH_DIM, relative_error, sketch
+from p2prl.proof.recompute import Job, fisher_log_pvalues, rollout_stats, token_chunks, token_scores
+from p2prl.proof.validate import fisher_log_pvalue
+from p2prl.rl.engine import processed_logprobs, teacher_forced
+
+
+def test_token_chunks_respect_the_budget() -> None:
+    lengths = [3, 9, 4, 4, 20, 1, 1]
+    runs = token_chunks(lengths, 16)
+    assert [i for r in runs for i in r] == list(range(len(lengths)))  # in order, each once
+    for r in runs:
+        padded = len(r) * max(lengths[i] for i in r)
+        assert padded <= 16 or len(r) == 1  # a longer sequence alone
+    assert token_chunks([], 16) == []
+    assert token_chunks([5] * 4, 1000) == [range(4)]
+
+
+def test_fisher_vectorized_matches_the_scalar_definition() -> None:
+    rng = np.random.default_rng(0)
+    segs = [np.log(rng.uniform(1e-4, 1, size=n)) for n in (1, 2, 7, 30, 64)]
+    segs += [np.zeros(3), np.log(np.full(20, 1e-2))]
+    got = fisher_log_pvalues(np.array([s.sum() for s in segs]), np.array([s.size for s in segs]))
+    want = [fisher_log_pvalue(s) for s in segs]
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
+    # one tail probability: the p-value is the tail itself; none: nothing to reject
+    assert fisher_log_pvalues(np.array([math.log(1e-3), 0.0]), np.array([1, 0])) == pytest.approx(
+        [math.log(1e-3), 0.0]
+    )
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_token_scores_slicing_changes_nothing(top_p: float) -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(37, 50) * 3
+    targets = np.random.default_rng(1).integers(0, 50, size=37)
+    whole = token_scores(logits, targets, 0.7, top_p)
+    sliced = token_scores(logits, targets, 0.7, top_p, vocab_elems=50 * 4)  # 4 tokens at a time
+    np.testing.assert_allclose(whole[0], sliced[0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(whole[1], sliced[1], rtol=0, atol=1e-12)
+    ref = processed_logprobs(logits, 0.7, top_p).gather(1, torch.as_tensor(targets)[:, None])
+    np.testing.assert_allclose(whole[0], ref.squeeze(1).double().numpy(), atol=1e-6)
+    assert np.all(whole[1] <= 1e-9)  # log of a probability
+
+
+def test_rollout_stats_match_one_teacher_forced_pass_per_rollout(world: World) -> None:
+    """Honest rollouts recomputed together (padded, several forward chunks) give the statistics that a
+    separate teacher-forced pass per rollout gives."""
+    p = world.mine(indices=(60, 61, 62), batch=4)
+    jobs, refs = [], []
+    for g in p.batch.groups:
+        for r in g.rollouts:
+            n = len(r.completion_ids)
+            pos = np.arange(n)[::2]
+            jobs.append(Job(g.prompt_ids, r.completion_ids, r.logprobs, r.sketches, pos))
+            lp, h = teacher_forced(world.model, g.prompt_ids.tolist(), r.completion_ids.tolist())
+            refs.append((lp.double().numpy(), relative_error(r.sketches[pos], sketch(h[pos], MH))))
+    stats = rollout_stats(world.model, jobs, MH, SKETCH_DIM, 1.0, 1.0, forward_tokens=40)
+    assert len(stats) == len(jobs)
+    for job, st, (lp, fp) in zip(jobs, stats, refs, strict=True):
+        assert st["n_tails"] == len(job.completion_ids) and st["fp_n"] == len(job.positions) * SKETCH_DIM
+        assert st["seq_logprob"] == pytest.approx(float(lp.sum()), abs=0.05)
+        assert st["fp_rollout"] == pytest.approx(fp, abs=0.02)
+        assert st["lp_max"] < 0.1 and st["fp_rollout"] < 0.05  # honest
+        assert st["dist_logp"] <= 0.0 and st["log_tail_sum"] <= 0.0
