@@ -157,12 +157,15 @@ def bench_fanout(
     n_peers: int = typer.Option(8, "--peers", help="Peers fetching the blob (separate processes)."),
     size_mib: int = typer.Option(64, "--size-mib", help="Blob size in MiB."),
     chunk_kib: int = typer.Option(1024, "--chunk-kib", help="Chunk size in KiB."),
+    cap_mb_s: float = typer.Option(
+        30.0, "--cap-mb-s", min=0.1, help="Upload cap of each provider in the capped phase (MB/s)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Benchmark swarm fan-out of one blob from a publisher to N peers on loopback."""
     from p2prl.net.bench import run_fanout
 
-    res = run_fanout(n_peers, size_mib, chunk_kib)
+    res = run_fanout(n_peers, size_mib, chunk_kib, cap_mb_s=cap_mb_s)
     if as_json:
         typer.echo(json.dumps(res, indent=1))
     else:

@@ -1,12 +1,21 @@
 """Fan-out benchmark: one publisher, N peers in separate processes, one blob, real libp2p on loopback.
 
-Phase 1 measures one peer-to-peer transfer (one provider) and the same with two providers.
+Phase 1 measures one peer-to-peer transfer (one provider) and the same with two providers, first
+uncapped, then with each provider's upload capped (as a volunteer's uplink is): on loopback the
+receiver's CPU, not the providers, limits an uncapped transfer, so only the capped pair shows what a
+second provider adds.
 Phase 2 has a superseeding publisher and N peers, all connected to each other, fetch one blob at
 once; it reports the publisher's upload bytes and the time until the last peer holds a verified copy.
+
+Both phases also report the CPU seconds the processes spent. A Noise/Yamux transfer in py-libp2p
+keeps its receiver near one full core, so on a machine with fewer cores than processes the swarm's
+wall time is bounded below by its total CPU divided by the cores: ``cpu_bound_seconds_all`` says how
+much of ``seconds_all`` the machine, not the protocol, imposes.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -16,13 +25,49 @@ from p2prl.net.peerproc import PeerProcess, blob_bytes
 from p2prl.protocol.blobs import blob_ref_for
 
 
+def _cpu(procs: list[PeerProcess]) -> list[float]:
+    return [float(p.call("cpu")) for p in procs]
+
+
+def _capped_providers(root: Path, size: int, chunk: int, timeout: float, cap_mb_s: float) -> dict[str, Any]:
+    """One and then two providers whose uploads are capped at ``cap_mb_s``."""
+    procs: list[PeerProcess] = []
+    try:
+        a, b = (PeerProcess(str(root / n), max_upload_bytes_per_s=cap_mb_s * 1e6) for n in ("ca", "cb"))
+        x = PeerProcess(str(root / "cx"))
+        procs = [a, b, x]
+        refs = [blob_ref_for(blob_bytes(s, size), chunk) for s in (4, 5)]
+        for p in (a, b):
+            p.call("put", 4, size)
+            p.call("put", 5, size)
+        x.call("connect", a.addrs)
+        r1 = x.call("fetch", refs[0].to_body(), timeout, timeout=timeout + 30)
+        x.call("connect", b.addrs)
+        r2 = x.call("fetch", refs[1].to_body(), timeout, timeout=timeout + 30)
+    finally:
+        _stop_all(procs)
+    if not (r1["ok"] and r2["ok"]):
+        raise RuntimeError(f"capped phase failed: {r1['error']} {r2['error']}")
+    one, two = size / r1["seconds"] / 1e6, size / r2["seconds"] / 1e6
+    return {
+        "capped_provider_MBps_limit": cap_mb_s,
+        "capped_single_provider_MBps": round(one, 1),
+        "capped_two_providers_MBps": round(two, 1),
+        "capped_two_over_one": round(two / one, 2),
+    }
+
+
 def _stop_all(procs: list[PeerProcess]) -> None:
     for p in procs:
         p.stop()
 
 
 def run_fanout(
-    peers: int = 8, size_mib: int = 64, chunk_kib: int = 1024, timeout: float = 600.0
+    peers: int = 8,
+    size_mib: int = 64,
+    chunk_kib: int = 1024,
+    timeout: float = 600.0,
+    cap_mb_s: float = 30.0,
 ) -> dict[str, Any]:
     size = size_mib * 1024 * 1024
     chunk = chunk_kib * 1024
@@ -40,7 +85,9 @@ def run_fanout(
                 p.call("put", 1, size)
                 p.call("put", 2, size)
             x.call("connect", a.addrs)
+            cpu0 = _cpu([a, x])
             r1 = x.call("fetch", ref1.to_body(), timeout, timeout=timeout + 30)
+            cpu_single = sum(_cpu([a, x])) - sum(cpu0)
             x.call("connect", b.addrs)
             r2 = x.call("fetch", ref2.to_body(), timeout, timeout=timeout + 30)
         finally:
@@ -48,8 +95,10 @@ def run_fanout(
         if not (r1["ok"] and r2["ok"]):
             raise RuntimeError(f"throughput phase failed: {r1['error']} {r2['error']}")
         out["seconds_single"] = round(r1["seconds"], 3)
+        out["cpu_seconds_single"] = round(cpu_single, 3)
         out["single_provider_MBps"] = round(size / r1["seconds"] / 1e6, 1)
         out["two_providers_MBps"] = round(size / r2["seconds"] / 1e6, 1)
+        out.update(_capped_providers(root, size, chunk, timeout, cap_mb_s))
 
         # phase 2: fan-out to N peers
         procs = []
@@ -64,12 +113,14 @@ def run_fanout(
                 procs.append(p)
             time.sleep(1.0)  # let identify settle
             up0 = pub.call("stats").get("bytes_up", 0)
+            cpu0 = _cpu(procs)
             t0 = time.monotonic()
             for p in procs[1:]:
                 p.send("fetch", ref.to_body(), timeout)
             results = [p.recv(timeout + 30) for p in procs[1:]]
             wall = time.monotonic() - t0
             up = pub.call("stats").get("bytes_up", 0) - up0
+            cpu_all = [b - a for a, b in zip(cpu0, _cpu(procs), strict=True)]
         finally:
             _stop_all(procs)
         errors = [r["error"] for r in results if not r["ok"]]
@@ -79,6 +130,13 @@ def run_fanout(
         out["seconds_all"] = round(max(r["seconds"] for r in results), 3)
         out["seconds_all_wall"] = round(wall, 3)
         out["all_over_single"] = round(out["seconds_all"] / out["seconds_single"], 2)
+        cores = os.cpu_count() or 1
+        out["cores"] = cores
+        out["cpu_seconds_all"] = round(sum(cpu_all), 3)
+        out["cpu_seconds_publisher"] = round(cpu_all[0], 3)
+        out["cpu_seconds_peer_max"] = round(max(cpu_all[1:]), 3)
+        out["cpu_bound_seconds_all"] = round(sum(cpu_all) / min(cores, len(cpu_all)), 3)
+        out["all_over_cpu_bound"] = round(out["seconds_all_wall"] / out["cpu_bound_seconds_all"], 2)
         if errors:
             out["errors"] = errors
     return out

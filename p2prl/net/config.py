@@ -38,6 +38,8 @@ class NetConfig:
     s3_after_s: float = 3.0  # no peer progress for this long: take missing chunks from S3
     superseed: bool = False  # publishers: k-th upload of a chunk only k-1 cooldowns after the first
     superseed_cooldown_s: float = 10.0
+    max_upload_bytes_per_s: float = 0.0  # cap on chunk bytes served per second; 0 = no cap
+    mdns: bool = False  # find peers on the local network by multicast DNS
     gossip_degree: int = 6
     gossip_heartbeat_s: int = 1
     s3: S3Config | None = None

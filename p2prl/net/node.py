@@ -165,7 +165,9 @@ class P2PNode:
         self._stop = trio.Event()
         cfg = self.config
         host = new_host(
-            key_pair=libp2p_key_pair(self.identity), listen_addrs=[multiaddr.Multiaddr(cfg.listen)]
+            key_pair=libp2p_key_pair(self.identity),
+            listen_addrs=[multiaddr.Multiaddr(cfg.listen)],
+            enable_mDNS=cfg.mdns,
         )
         router = GossipSub(
             protocols=[PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID],
@@ -433,17 +435,18 @@ class P2PNode:
         if not self.store.has(ref.id):
             raise FileNotFoundError(f"blob {ref.id[:16]} is not in the store")
 
-    def fetch(self, ref: BlobRef, timeout: float = 300.0, on_progress: Any = None) -> Path:
+    def fetch(self, ref: BlobRef, timeout: float = 300.0, on_progress: Any = None, s3: bool = True) -> Path:
         """Fetch, verify and store ``ref``; returns its path in the store. Raises FetchError.
 
-        ``on_progress(done_bytes, total_bytes)`` runs on the network thread: keep it quick.
+        ``on_progress(done_bytes, total_bytes)`` runs on the network thread: keep it quick. ``s3``
+        False keeps the download on peers (for blobs nobody mirrors, such as rollout batches).
         """
         if self.store.has(ref.id):
             return self.store.path(ref.id)
-        self._call(self._fetch, ref, timeout, on_progress)
+        self._call(self._fetch, ref, timeout, on_progress, s3)
         return self.store.path(ref.id)
 
-    async def _fetch(self, ref: BlobRef, timeout: float, on_progress: Any) -> None:
+    async def _fetch(self, ref: BlobRef, timeout: float, on_progress: Any, s3: bool = True) -> None:
         running = self._downloads.get(ref.id)
         if running is not None:
             ev, errs = running
@@ -457,7 +460,7 @@ class P2PNode:
         try:
             part = self.partials.open(ref)
             t0 = time.monotonic()
-            dl = Download(self, part, on_progress)
+            dl = Download(self, part, on_progress, use_s3=s3)
             await dl.run(timeout)
             await trio.to_thread.run_sync(self.partials.finish, ref)
             self.counters.add("blobs_fetched")

@@ -9,6 +9,7 @@ would serialise them) and to be killed mid-transfer. Commands, each answered wit
     ("fetch", ref_body, timeout)    -> {"ok", "seconds", "sha256_ok", "error"}
     ("hint", blob_id, peer_id)      -> None
     ("stats",)                      -> stats dict
+    ("cpu",)                        -> CPU seconds (user + system) this process has used
     ("subscribe", topic)            -> None
     ("poll", timeout)               -> [[topic, envelope type, from peer, version or None], ...]
     ("stop",)                       -> None, then the process exits
@@ -21,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import multiprocessing as mp
+import os
 import random
 import time
 from typing import Any
@@ -41,6 +43,8 @@ def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, 
     from p2prl.net.node import P2PNode
 
     logging.basicConfig(level=opts.get("log_level", "WARNING"))
+    # libp2p logs an ERROR for every stream it fails to open to a peer that is shutting down
+    logging.getLogger("libp2p").setLevel(opts.get("libp2p_log_level", "CRITICAL"))
     s3 = S3Config(**opts["s3"]) if opts.get("s3") else None
     cfg = NetConfig(
         superseed=opts.get("superseed", False),
@@ -49,6 +53,7 @@ def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, 
         stream_timeout_s=opts.get("stream_timeout_s", 10.0),
         chunk_timeout_s=opts.get("chunk_timeout_s", 10.0),
         limits=Limits(pipeline_depth=opts.get("pipeline_depth", Limits.pipeline_depth)),
+        max_upload_bytes_per_s=opts.get("max_upload_bytes_per_s", 0.0),
     )
     node = P2PNode(Identity(seed), network, BlobStore(root), cfg)
     node.start()
@@ -103,6 +108,9 @@ def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, 
                 conn.send(None)
             elif op == "stats":
                 conn.send(node.stats())
+            elif op == "cpu":
+                t = os.times()
+                conn.send(t.user + t.system)
             elif op == "subscribe":
                 node.subscribe(cmd[1])
                 conn.send(None)

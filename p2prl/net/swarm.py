@@ -25,6 +25,7 @@ import trio
 from p2prl.net import chunkproto as cp
 from p2prl.net.config import NetConfig
 from p2prl.net.counters import Counters
+from p2prl.net.pacing import UploadPacer
 from p2prl.net.partial import PartialBlob, PartialStore
 from p2prl.net.store import BlobStore, StoreError
 from p2prl.protocol.blobs import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, BlobRef
@@ -66,6 +67,8 @@ class ChunkServer:
         self.partials = partials
         self._active = 0
         self._uploads: dict[tuple[str, int], tuple[int, float]] = {}
+        rate = ctx.config.max_upload_bytes_per_s
+        self.pacer = UploadPacer(rate, max_wait_s=ctx.config.stream_timeout_s / 4) if rate > 0 else None
 
     async def handle(self, stream: Any) -> None:
         # exceptions raised here would vanish inside libp2p: everything is caught and logged
@@ -97,6 +100,13 @@ class ChunkServer:
                     await cp.write_all(stream, cp.encode_response_header(cp.BAD_REQUEST, 0), timeout)
                     break
                 status, payload = self.answer(op, blob_id, index, chunk_size)
+                if status == cp.OK and op == cp.OP_GET and self.pacer is not None:
+                    wait = self.pacer.reserve(len(payload))
+                    if wait is None:  # our uplink is booked: let the downloader ask someone else
+                        self.ctx.counters.add("serve.rate_busy")
+                        status, payload = cp.BUSY, b""
+                    elif wait > 0:
+                        await trio.sleep(wait)
                 await cp.write_all(stream, cp.encode_response_header(status, len(payload)) + payload, timeout)
                 if status == cp.OK and op == cp.OP_GET:
                     self.ctx.counters.add("bytes_up", len(payload))
@@ -156,8 +166,10 @@ class Download:
         ctx: SwarmContext,
         part: PartialBlob,
         on_progress: Callable[[int, int], None] | None = None,
+        use_s3: bool = True,
     ) -> None:
         self.ctx = ctx
+        self.use_s3 = use_s3
         self.part = part
         self.ref: BlobRef = part.ref
         self.on_progress = on_progress
@@ -190,7 +202,7 @@ class Download:
         self._progress("resume", 0)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._recruit, nursery)
-            if self.ctx.s3 is not None:
+            if self.ctx.s3 is not None and self.use_s3:
                 for _ in range(4):
                     nursery.start_soon(self._s3_worker)
             with trio.move_on_after(timeout):

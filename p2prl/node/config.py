@@ -87,6 +87,17 @@ class NodeConfig:
         default=5.0, metadata={"help": "Seconds between heartbeats and re-announcements."}
     )
     fetch_timeout_s: float = field(default=60.0, metadata={"help": "Timeout for one blob fetch."})
+    max_upload_mb_s: float = field(
+        default=0.0, metadata={"help": "Cap on chunk bytes this node serves, in MB/s (0: no cap)."}
+    )
+    mdns: bool = field(default=False, metadata={"help": "Find peers on the local network by multicast DNS."})
+    superseed_s: float = field(
+        default=1.0,
+        metadata={
+            "help": "Trainer: the k-th upload of a patch chunk waits (k-1) x this many seconds after the "
+            "first, so peers spread patches among themselves (0: off)."
+        },
+    )
     # trainer
     lr: float = field(default=0.0, metadata={"help": "Trainer learning rate; 0 keeps the RL default."})
     train_batch_groups: int = field(
@@ -163,6 +174,10 @@ class NodeConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be positive")
+        if self.superseed_s < 0:
+            raise ConfigError("superseed_s must be >= 0")
+        if self.max_upload_mb_s < 0:
+            raise ConfigError("max_upload_mb_s must be >= 0")
         if self.checked_per_group < 0:
             raise ConfigError("checked_per_group must be >= 0")
         if self.dishonest_perturb < 0:

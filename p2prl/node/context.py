@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from p2prl.crypto.keys import Identity, load_or_create_identity
+from p2prl.net.config import NetConfig
 from p2prl.net.store import BlobStore
 from p2prl.node.config import NodeConfig
 from p2prl.node.genesis import SignedGenesis, pin_genesis, read_genesis
@@ -155,21 +156,29 @@ def load_genesis_for(cfg: NodeConfig) -> tuple[Identity, SignedGenesis]:
     return identity, sg
 
 
-def build_context(cfg: NodeConfig) -> NodeContext:
-    """Verify genesis, load the identity, open the store and start the network host."""
-    from p2prl.net.config import NetConfig
-    from p2prl.net.node import P2PNode
-
-    identity, sg = load_genesis_for(cfg)
-    store = BlobStore(cfg.data_dir / "blobs", cfg.store_max_bytes)
+def net_config(cfg: NodeConfig, sg: SignedGenesis, identity: Identity) -> NetConfig:
+    """The network layer's settings for this node: bootstrap peers (without itself), S3, who may sign
+    what, and the trainer's superseeding (its uplink is the scarce one)."""
     bootstrap = [a for a in [*sg.genesis.bootstrap, *cfg.bootstrap] if not a.endswith(_peer_suffix(identity))]
-    net_cfg = NetConfig(
+    return NetConfig(
         listen=cfg.listen,
         bootstrap=bootstrap,
         s3=s3_config(cfg, sg),
         allowed_signers=allowed_signers(sg),
-        superseed=False,
+        superseed=cfg.superseed_s > 0 and cfg.role == "trainer",
+        superseed_cooldown_s=cfg.superseed_s or 1.0,
+        max_upload_bytes_per_s=cfg.max_upload_mb_s * 1e6,
+        mdns=cfg.mdns,
     )
+
+
+def build_context(cfg: NodeConfig) -> NodeContext:
+    """Verify genesis, load the identity, open the store and start the network host."""
+    from p2prl.net.node import P2PNode
+
+    identity, sg = load_genesis_for(cfg)
+    store = BlobStore(cfg.data_dir / "blobs", cfg.store_max_bytes)
+    net_cfg = net_config(cfg, sg, identity)
     net = P2PNode(identity, sg.network_id, store, net_cfg)
     status = NodeStatus(cfg.role, identity.public_hex, sg.network_id)
     try:
@@ -275,7 +284,7 @@ class Pump:
         except Exception:
             return
         ctx.status.set(peers=sum(1 for p in peers if p.connected), addrs=list(ctx.net.addrs))
-        for k in ("bytes_up", "bytes_down", "dropped", "bans"):
+        for k in ("bytes_up", "bytes_down", "bytes_s3", "dropped", "bans"):
             ctx.status.gauge(f"net_{k}", stats.get(k, 0))
 
 

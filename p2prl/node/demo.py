@@ -210,6 +210,8 @@ def summarize(
                 "groups_accepted": int(s.get("counters", {}).get("groups_accepted", 0)),
                 "groups_rejected": int(s.get("counters", {}).get("groups_rejected", 0)),
                 "score": int(validator.get("scores", {}).get(plan["keys"][n], 0)),
+                "bytes_from_peers": int(s.get("gauges", {}).get("net_bytes_down", 0)),
+                "bytes_from_s3": int(s.get("gauges", {}).get("net_bytes_s3", 0)),
             }
         )
     versions = sorted({m["version"] for m in miners})
@@ -219,6 +221,8 @@ def summarize(
     series = reward_series([trainer]) if trainer else []
     reward_first, reward_last = reward_ends(series)
     c = validator.get("counters", {})
+    published = int(trainer.get("counters", {}).get("patch_bytes_total", 0))
+    uploaded = int(trainer.get("gauges", {}).get("net_bytes_up", 0))
     return {
         "versions_published": int(trainer.get("counters", {}).get("versions_published", 0)),
         "trainer_version": int(trainer.get("version", 0)),
@@ -232,6 +236,9 @@ def summarize(
         "groups_rejected": int(c.get("groups_rejected", 0)),
         "groups_trained_on": int(trainer.get("counters", {}).get("groups_consumed", 0)),
         "train_steps": int(trainer.get("counters", {}).get("train_steps", 0)),
+        "trainer_patch_bytes": published,
+        "trainer_upload_bytes": uploaded,
+        "trainer_upload_ratio": round(uploaded / published, 3) if published else 0.0,
         "rejections": validator.get("labelled", {}).get("rejected", {}),
         "reward_first": reward_first,
         "reward_last": reward_last,

@@ -181,7 +181,7 @@ class Trainer:
                 continue
             try:
                 ctx.net.add_provider_hint(ann.blob.id, origin)
-                ctx.net.fetch(ann.blob, timeout=min(ctx.config.fetch_timeout_s, 20.0))
+                ctx.net.fetch(ann.blob, timeout=min(ctx.config.fetch_timeout_s, 20.0), s3=False)
                 groups = batch_to_groups(ctx.store.get(ann.blob.id), accepted, miner, ann.version)
             except Exception as e:
                 ctx.status.incr_label("rollout_fetch_failed", type(e).__name__)

@@ -179,7 +179,7 @@ class Validator:
         t0 = time.monotonic()
         ctx.net.add_provider_hint(ann.blob.id, getattr(item, "origin", item.from_peer))
         try:
-            ctx.net.fetch(ann.blob, timeout=min(ctx.config.fetch_timeout_s, ROLLOUT_FETCH_S))
+            ctx.net.fetch(ann.blob, timeout=min(ctx.config.fetch_timeout_s, ROLLOUT_FETCH_S), s3=False)
             data = ctx.store.get(ann.blob.id)
         except Exception as e:
             log.warning("rollout blob %s unavailable: %s", ann.blob.id[:12], e)

@@ -60,7 +60,20 @@ def test_blob_get_from_signed_manifest_and_json_ref(provider, tmp_path) -> None:
 @pytest.mark.slow
 def test_bench_fanout_small_prints_the_figures() -> None:
     r = CliRunner().invoke(
-        app, ["bench", "fanout", "--peers", "2", "--size-mib", "2", "--chunk-kib", "256", "--json"]
+        app,
+        [
+            "bench",
+            "fanout",
+            "--peers",
+            "2",
+            "--size-mib",
+            "2",
+            "--chunk-kib",
+            "256",
+            "--cap-mb-s",
+            "4",
+            "--json",
+        ],
     )
     assert r.exit_code == 0, r.output
     res = json.loads(r.output[r.output.index("{") :])
@@ -71,6 +84,12 @@ def test_bench_fanout_small_prints_the_figures() -> None:
         "all_verified",
         "seconds_all",
         "seconds_single",
+        "cpu_seconds_single",
+        "cpu_bound_seconds_all",
+        "capped_two_over_one",
     ):
         assert k in res
+    assert res["all_verified"] and res["cpu_seconds_all"] > 0 and res["cores"] >= 1
+    # 2 MiB from a provider capped at 4 MB/s (burst 0.4 MB) takes at least 0.42 s
+    assert 0 < res["capped_single_provider_MBps"] <= 4 * 1.35
     assert res["all_verified"] is True and res["peers"] == 2 and res["blob_bytes"] == 2 * 1024 * 1024

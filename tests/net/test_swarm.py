@@ -84,6 +84,43 @@ def test_malicious_provider_is_banned_and_download_completes(make_node, procs, t
     assert evil.call("connect", me.addrs) in (0, 1)
 
 
+def test_upload_cap_paces_and_overflows_to_other_providers(make_node, procs, tmp_path) -> None:
+    """A provider capped at 1 MB/s sends at that rate; when its uplink is booked beyond a quarter of
+    its stream timeout (0.1 s here, i.e. more than one 64 KiB chunk ahead) it answers BUSY, and the
+    download takes those chunks from an uncapped peer."""
+    size = 2 * 1024 * 1024
+    ref = blob_ref_for(blob_bytes(14, size), CH)
+    capped = spawn(procs, tmp_path, "capped", max_upload_bytes_per_s=1e6, stream_timeout_s=0.4)
+    capped.call("put", 14, size)
+    me = make_node("me")
+    me.connect(capped.addrs[0])
+    t0 = time.monotonic()
+    path = me.fetch(ref, timeout=60)
+    took = time.monotonic() - t0
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == ref.id
+    assert took >= (size - 0.1e6) / 1e6 * 0.95  # the burst is 0.1 s of the rate
+    # two downloaders at once, an uncapped provider beside the capped one: the capped uplink is
+    # booked beyond 0.1 s, so it answers BUSY and the uncapped peer carries most of the blob
+    ref2 = blob_ref_for(blob_bytes(15, size), CH)
+    free = spawn(procs, tmp_path, "free")
+    for p in (capped, free):
+        p.call("put", 15, size)
+    nodes = [make_node("you"), make_node("them")]
+    for n in nodes:
+        n.connect(capped.addrs[0])
+        n.connect(free.addrs[0])
+        n.add_provider_hint(ref2.id, capped.peer_id)
+    t0 = time.monotonic()
+    runs = [fetch_in_thread(n, ref2, 60) for n in nodes]
+    for t, box in runs:
+        t.join(90)
+        assert "error" not in box, box
+        assert hashlib.sha256(box["path"].read_bytes()).hexdigest() == ref2.id
+    assert time.monotonic() - t0 < took  # two full copies, faster than one from the capped peer
+    assert capped.call("stats").get("serve.rate_busy", 0) > 0
+    assert free.call("stats")["bytes_up"] > size
+
+
 def test_provider_killed_mid_transfer(make_node, procs, tmp_path) -> None:
     size = 4 * 1024 * 1024
     ref = blob_ref_for(blob_bytes(12, size), CH)
@@ -150,6 +187,21 @@ def test_no_source_fails_in_time(make_node) -> None:
     with pytest.raises(Exception, match="missing"):
         me.fetch(ref, timeout=1.0)
     assert time.monotonic() - t0 < 10
+
+
+def test_peers_only_fetch_never_asks_s3(make_node, s3_config) -> None:
+    """Rollout batches are on no mirror: a peers-only fetch fails in time without a single S3 request,
+    while the same blob with S3 allowed comes from S3."""
+    data = blob_bytes(16, 300_000)
+    ref = blob_ref_for(data, CH)
+    S3Mirror(s3_config, NET).put_blob(ref.id, data)
+    me = make_node("me", config=NetConfig(s3=s3_config, s3_after_s=0.2))
+    with pytest.raises(Exception, match="missing"):
+        me.fetch(ref, timeout=1.5, s3=False)
+    s = me.stats()
+    assert s.get("bytes_s3", 0) == 0 and s.get("s3_errors", 0) == 0
+    assert me.fetch(ref, timeout=30).read_bytes() == data
+    assert me.stats()["bytes_s3"] == len(data)
 
 
 @pytest.mark.slow

@@ -64,6 +64,9 @@ def test_config_file_from_env(tmp_path: Path) -> None:
         ('network = "a"\nbootstrap = "x"\n', "list"),
         ("network = [\n", "cannot read"),
         ('network = "a"\ntrainer_key = "zz"\n', "trainer_key"),
+        ('network = "a"\nmax_upload_mb_s = -1.0\n', "max_upload_mb_s"),
+        ('network = "a"\nchecked_per_group = -1\n', "checked_per_group"),
+        ('network = "a"\nsuperseed_s = -1.0\n', "superseed_s"),
     ],
 )
 def test_bad_toml(tmp_path: Path, text: str, match: str) -> None:

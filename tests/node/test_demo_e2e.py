@@ -55,6 +55,10 @@ def test_demo_with_dishonest_miner(tmp_path: Path, model_cache: Path) -> None:
         assert m["weights_hash"] == s["trainer_weights_hash"] != ""
         assert m["weights_sha256"] == s["trainer_weights_sha256"] != ""
     assert s["rollouts_accepted"] > 0 and s["groups_trained_on"] > 0, detail
+    # patches reached every miner, and the trainer's upload is counted against what it published
+    assert all(m["bytes_from_peers"] + m["bytes_from_s3"] > 0 for m in s["miners"]), detail
+    assert s["trainer_patch_bytes"] > 0 and s["trainer_upload_bytes"] > 0, detail
+    assert s["trainer_upload_ratio"] == round(s["trainer_upload_bytes"] / s["trainer_patch_bytes"], 3)
     assert honest["score"] > 0 and honest["groups_accepted"] > 0
     assert cheat["score"] == 0 and cheat["groups_accepted"] == 0 and cheat["groups_rejected"] > 0
     hard = {"fingerprint", "logprob", "distribution", "distribution_batch", "not_checked"}
