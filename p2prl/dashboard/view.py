@@ -45,6 +45,15 @@ def _fmt_bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+def _short_bytes(n: float) -> str:
+    """Compact size for narrow columns: 0, 512B, 88K, 1.7M, 12M, 3.2G (binary units)."""
+    for unit in ("B", "K", "M", "G"):
+        if abs(n) < 1024 or unit == "G":
+            return f"{n:.0f}{unit}" if unit == "B" or abs(n) >= 10 else f"{n:.1f}{unit}"
+        n /= 1024
+    return f"{n:.0f}G"
+
+
 def _trainer_version(statuses: list[Status]) -> int:
     tv = [int(s.get("version", 0)) for s in statuses if s.get("role") == "trainer"]
     if tv:
@@ -65,6 +74,8 @@ def nodes_table(nodes: list[tuple[str, Status | None, str]]) -> Table:
         "peers",
         "patch",
         "apply",
+        "up",
+        "down",
         "produced",
         "accepted",
         "rejected",
@@ -73,7 +84,7 @@ def nodes_table(nodes: list[tuple[str, Status | None, str]]) -> Table:
         t.add_column(col, justify="left" if col in ("node", "role", "sync") else "right")
     for url, s, err in nodes:
         if s is None:
-            t.add_row(url, "?", "-", "-", Text(f"unreachable: {err}"[:40], style="red"), *["-"] * 6)
+            t.add_row(url, "?", "-", "-", Text(f"unreachable: {err}"[:40], style="red"), *["-"] * 8)
             continue
         c, g = s.get("counters", {}), s.get("gauges", {})
         lag = max(0, tv - int(s.get("version", 0)))
@@ -86,13 +97,23 @@ def nodes_table(nodes: list[tuple[str, Status | None, str]]) -> Table:
             Text(str(lag), style=lag_style),
             state,
             str(s.get("peers", 0)),
-            _fmt_bytes(g.get("patch_last_bytes", 0)) if "patch_last_bytes" in g else "-",
+            _short_bytes(g.get("patch_last_bytes", 0)) if "patch_last_bytes" in g else "-",
             f"{g['patch_apply_ms']:.0f} ms" if "patch_apply_ms" in g else "-",
+            _short_bytes(g.get("net_bytes_up", 0)),
+            _net_down(g),
             str(c.get("groups_produced", 0)),
             str(c.get("groups_accepted", c.get("groups_consumed", 0))),
             str(c.get("groups_rejected", 0)),
         )
     return t
+
+
+def _net_down(g: dict[str, float]) -> Text:
+    """Bytes fetched from peers, plus those from S3 (in yellow: peers could not deliver them)."""
+    peers, s3 = g.get("net_bytes_down", 0), g.get("net_bytes_s3", 0)
+    if not s3:
+        return Text(_short_bytes(peers))
+    return Text(f"{_short_bytes(peers)}+{_short_bytes(s3)}S3", style="yellow")
 
 
 def transfers_table(statuses: list[Status]) -> Table | None:

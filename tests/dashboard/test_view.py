@@ -35,6 +35,9 @@ def test_render_network() -> None:
     m.incr("groups_produced", 40)
     m.gauge("patch_last_bytes", 2048)
     m.gauge("patch_apply_ms", 3)
+    m.gauge("net_bytes_down", 3 * 1024 * 1024)
+    m.gauge("net_bytes_s3", 5 * 1024)
+    t.gauge("net_bytes_up", 7 * 1024 * 1024)
     m.transfer("cc" * 32, 50, 100)
     v = node("validator", "dd", 7)
     v.incr("groups_accepted", 30)
@@ -49,7 +52,8 @@ def test_render_network() -> None:
     ]
     out = text_of(render(snaps))
     assert "trainer at version 7" in out
-    assert "2.0 KiB" in out and "3 ms" in out
+    assert "2.0K" in out and "3 ms" in out
+    assert "3.0M+5.0KS3" in out and "7.0M" in out  # down from peers + S3; the trainer's upload
     assert "fingerprint" in out and "bbbbbbbbbbbbbbbb" in out
     assert "first 1 versions: 0.100  →  last 1: 0.600" in out and "v1–v7, 2 versions" in out
     assert "unreachable" in out
