@@ -53,3 +53,8 @@ def bench_proof(
             f"blob {m['blob_bytes_per_token']:.1f} B/token"
         )
     typer.echo(f"commitment: {result['commitment_bytes_per_token']} bytes per token")
+    g = result["grail_reference"]
+    typer.echo(
+        "grail's sketch on the same states, accepted: "
+        + ", ".join(f"{c} {v['accepted']}/{v['n']}" for c, v in g.items())
+    )

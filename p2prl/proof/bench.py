@@ -369,8 +369,44 @@ def run_setup(
     res["verify_full_seconds_per_rollout"] = res["details"]["honest_b32"]["verify_full_s"] / n
     tokens = honest.batch.n_completion_tokens
     res["blob_bytes_per_token"] = len(honest.blob) / tokens
+    res["grail_reference"] = grail_reference(setup, n_rollouts, mh)
+    log(f"  {setup.name:5s} grail's sketch, accepted: {res['grail_reference']}")
     res["mean_completion_tokens"] = tokens / honest.batch.n_rollouts
     return res
+
+
+def grail_reference(setup: ModelSetup, n_rollouts: int, mh: str) -> dict[str, dict[str, int]]:
+    """grail's sketch (``grail_ref``) on the same kind of hidden states as our cases: an honest miner
+    (KV cache) against the validator's full forward, a miner with other weights, and one with the
+    int8 round trip; a rollout is accepted when every challenged position passes."""
+    from p2prl.proof import grail_ref
+    from p2prl.proof.recompute import forward_flat
+    from p2prl.rl.engine import HFEngine
+    from p2prl.rl.tasks import derive_seed
+
+    coeffs = grail_ref.coefficients(bytes.fromhex(mh))
+    rng = np.random.default_rng(0)
+    probs = [setup.task.problem(derive_seed(mh, MINER_A, i)) for i in _groups_for(n_rollouts)]
+    prompts = [setup.tokenizer.encode(p.prompt) for p in probs]
+    out = {}
+    for case, model in (
+        ("honest", setup.model),
+        ("other_weights", setup.other),
+        ("perturbed_weights", int8_round_trip(setup.model)),
+    ):
+        groups = HFEngine(model, setup.tokenizer, max_batch=32).generate(
+            prompts, GROUP_SIZE, replace(setup.params, seed=7)
+        )
+        samples = [s for g in groups for s in g]
+        seqs = [(np.array(s.prompt_ids), np.array(s.completion_ids)) for s in samples]
+        hidden, _ = forward_flat(setup.model, seqs)  # the validator always runs the right model
+        ends = np.cumsum([len(s.completion_ids) for s in samples])
+        accepted = sum(
+            grail_ref.rollout_passes(s.hidden, hv, coeffs, rng, start=len(s.prompt_ids))
+            for s, hv in zip(samples, np.split(hidden.numpy(), ends[:-1]), strict=True)
+        )
+        out[case] = {"n": len(samples), "accepted": int(accepted)}
+    return out
 
 
 def _changed_fraction(a: Any, b: Any) -> float:
@@ -410,6 +446,10 @@ def run(
         "generate_seconds_per_rollout": float(np.mean(gen)),
         "verify_full_seconds_per_rollout": float(np.mean(full)),
         "commitment_bytes_per_token": SKETCH_DIM,
+        "grail_reference": {
+            c: {k: sum(r["grail_reference"][c][k] for r in per_model.values()) for k in ("n", "accepted")}
+            for c in ("honest", "other_weights", "perturbed_weights")
+        },
         "models": {
             name: {
                 "cases": [{"case": c, "n": r["cases"][c][0], "accepted": r["cases"][c][1]} for c in CASES],

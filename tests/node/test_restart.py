@@ -118,11 +118,13 @@ def test_miner_and_validator_restart_from_stored_weights(make_net, wait_for, s3)
         m = start_node(net.config("miner1"))  # no S3: manifests can only come by gossip
         for node in (m, v):
             assert node.ctx.status.counter("restarts_resumed") == 1
-            assert node.ctx.status.snapshot()["weights_hash"] == h1  # resumed from disk, not from v0
+            # resumed from disk (v1), possibly already on v2: it can sync that fast
+            assert node.ctx.status.snapshot()["weights_hash"] in (h1, h2)
         wait_for(lambda: m.role.active.hash == h2 and v.role.current.hash == h2, 90, "v2 after restart")
-        # the fast path from the stored v1 (one delta), not a resync from the anchor
-        assert m.ctx.status.counter("slow_path_syncs") == 0
-        assert m.ctx.status.counter("patches_applied") == 1
+        # the fast path from the stored v1 (one delta), not a resync from v0 or the anchor
+        for node in (m, v):
+            assert node.ctx.status.counter("slow_path_syncs") == 0
+            assert node.ctx.status.counter("patches_applied") == 1
         publish_next(t, 3)  # gossiped at once to the restarted peer id (not only the 10 s re-gossip)
         h3 = t.role.chain.result_hash
         wait_for(lambda: m.role.active.hash == h3, 60, "v3 by gossip after restart")

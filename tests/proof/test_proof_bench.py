@@ -31,6 +31,10 @@ def test_run_setup_on_a_small_model(world: World) -> None:
     assert res["details"]["honest_b32"]["rollouts_recomputed"] == 2 * 2
     assert res["verify_seconds_per_rollout"] > 0 and res["verify_full_seconds_per_rollout"] > 0
     assert res["generate_seconds_per_rollout"] > 0 and res["blob_bytes_per_token"] > 0
+    # grail's sketch on the same kind of states: the honest miner passes it too
+    g = res["grail_reference"]
+    assert set(g) == {"honest", "other_weights", "perturbed_weights"}
+    assert g["honest"]["accepted"] == g["honest"]["n"] == 2 * GROUP_SIZE
 
 
 def test_cli_rejects_unknown_models() -> None:
