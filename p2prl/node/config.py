@@ -139,6 +139,13 @@ class NodeConfig:
         default=3,
         metadata={"help": "Validator: recent versions' weights kept to check slightly stale rollouts."},
     )
+    calibrate_tolerances: bool = field(
+        default=True,
+        metadata={
+            "help": "Validator: set fingerprint and logprob tolerances from this node's own engine at "
+            "start (miners on the same engine); off: loose defaults that allow cross-engine drift."
+        },
+    )
     checked_per_group: int = field(
         default=2,
         metadata={

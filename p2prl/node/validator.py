@@ -72,6 +72,26 @@ class VersionCache:
         return w.hash, self.engine.model
 
 
+def calibrated(model: Any, tok: Any, task: Any, gen: Any, manifest_hash: str, vcfg: Any) -> Any:
+    """``vcfg`` with tolerances from this engine's own honest drift (KV-cache generation at two batch
+    sizes against the full forward), so a miner on the same engine with other or perturbed weights
+    fails where the loose defaults would let a small perturbation through."""
+    from p2prl.proof.calibrate import calibrate
+
+    t0 = time.monotonic()
+    cfg, drift = calibrate(model, tok, task, gen, manifest_hash, vcfg)
+    log.info(
+        "tolerances calibrated in %.1f s: fingerprint %.4f (rollout %.4f), logprob %.4f / %.4f; drift %s",
+        time.monotonic() - t0,
+        cfg.fingerprint_tol,
+        cfg.fingerprint_tol_rollout,
+        cfg.logprob_tol_mean,
+        cfg.logprob_tol_max,
+        {k: round(v, 5) for k, v in drift.items()},
+    )
+    return cfg
+
+
 class Validator:
     def __init__(self, ctx: NodeContext) -> None:
         from p2prl.proof.validate import RolloutValidator, ValidatorConfig
@@ -92,6 +112,8 @@ class Validator:
             group_size=group_size(ctx),
             checked_per_group=ctx.config.checked_per_group,
         )
+        if ctx.config.calibrate_tolerances:
+            vcfg = calibrated(self.engine.model, tok, task_of(ctx), gen, start.hash, vcfg)
         self.checker = RolloutValidator(
             self.cache.source, tok, task_of(ctx), vcfg, position_secret=position_secret(ctx.identity)
         )
