@@ -140,7 +140,7 @@ class NodeConfig:
         metadata={"help": "Validator: recent versions' weights kept to check slightly stale rollouts."},
     )
     calibrate_tolerances: bool = field(
-        default=True,
+        default=False,
         metadata={
             "help": "Validator: set fingerprint and logprob tolerances from this node's own engine at "
             "start (miners on the same engine); off: loose defaults that allow cross-engine drift."

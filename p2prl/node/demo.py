@@ -148,6 +148,8 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
         args += ["--min-publish-s", str(opts.min_publish_s)]
     if role == "miner":
         args += ["--batches-per-version", str(opts.batches_per_version)]
+    if role == "validator":  # every node here runs the same engine: tolerances fit to it
+        args += ["--calibrate-tolerances"]
     args += list(opts.node_args)
     if opts.dishonest_miner and name == "miner2":
         args += ["--dishonest-perturb", "0.05"]

@@ -105,7 +105,7 @@ def test_miner_and_validator_restart_from_stored_weights(make_net, wait_for, s3)
         wait_for(lambda: dropped().get("duplicate_announcement", 0) >= 1, 30, "replay dropped")
         snap = v.ctx.status.snapshot()
         assert "duplicate_index" not in snap["labelled"].get("rejected", {})
-        assert snap["scores"].get(net.ids["miner1"].public_hex, 0) > 0
+        assert snap["scores"].get(net.ids["miner1"].public_hex, 0) > 0, snap["labelled"]
         m.close()
         v.close()
         m = v = None
