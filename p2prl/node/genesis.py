@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from p2prl.atomicfile import write_atomic
 from p2prl.crypto.envelope import EnvelopeError
 from p2prl.crypto.keys import Identity
 from p2prl.protocol.messages import Genesis, MessageError, decode_message, encode_message
@@ -112,9 +112,7 @@ def write_genesis(sg: SignedGenesis, path: Path) -> Path:
         "envelope": sg.envelope.hex(),
         "genesis": sg.genesis.to_body(),
     }
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
     return path
 
 
@@ -162,6 +160,4 @@ def pin_genesis(sg: SignedGenesis, data_dir: Path) -> None:
             )
         return
     pin.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pin.with_name(pin.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, pin)
+    write_atomic(pin, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())

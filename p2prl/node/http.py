@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from p2prl.atomicfile import write_atomic
 from p2prl.node.status import NodeStatus, make_registry
 
 log = logging.getLogger(__name__)
@@ -67,9 +67,7 @@ class StatusServer:
         self._thread.start()
         if port_file_dir is not None:
             p = Path(port_file_dir) / PORT_FILE
-            tmp = p.with_name(p.name + ".tmp")
-            tmp.write_text(f"{self.port}\n")
-            os.replace(tmp, p)
+            write_atomic(p, f"{self.port}\n".encode())
         return self
 
     def stop(self) -> None:

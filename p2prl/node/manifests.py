@@ -10,10 +10,10 @@ An anchor version has two manifests (its delta and its anchor), so entries are k
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from pathlib import Path
 
+from p2prl.atomicfile import write_atomic
 from p2prl.crypto.envelope import EnvelopeError
 from p2prl.protocol.messages import MessageError, PatchManifest, decode_message
 
@@ -78,9 +78,7 @@ class ManifestBook:
                     (self.directory / _name(oldest)).unlink(missing_ok=True)
         if persist and self.directory is not None:
             p = self.directory / _name(key)
-            tmp = p.with_name(p.name + ".tmp")
-            tmp.write_bytes(envelope)
-            os.replace(tmp, p)
+            write_atomic(p, envelope)
         self.changed.set()
         return m
 

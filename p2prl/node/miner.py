@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections import deque
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import torch
 
+from p2prl.atomicfile import write_atomic
 from p2prl.node.common import generation_params, group_size, groups_per_batch, open_synced_role, task_of
 from p2prl.node.context import NodeContext, Pump
 from p2prl.node.sync import WeightSync
@@ -77,9 +77,7 @@ class Miner:
         return 0
 
     def _save_index(self, version: int, nxt: int) -> None:
-        tmp = self._index_file.with_name(self._index_file.name + ".tmp")
-        tmp.write_text(json.dumps({"version": version, "next": nxt}))
-        os.replace(tmp, self._index_file)
+        write_atomic(self._index_file, json.dumps({"version": version, "next": nxt}).encode())
 
     def manifest_hash(self, w: Weights) -> str:
         """The public seed of a version: its manifest's result hash (version 0: the genesis base hash)."""

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from p2prl.atomicfile import write_atomic
 from p2prl.patch.hashing import sorted_names, weights_hash
 
 log = logging.getLogger(__name__)
@@ -76,9 +77,7 @@ def save_weights(w: Weights, directory: Path, keep: int = 2) -> Path:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     ptr = directory / CURRENT
-    ptr_tmp = ptr.with_name(ptr.name + ".tmp")
-    ptr_tmp.write_text(json.dumps({"version": w.version, "hash": w.hash, "file": path.name}))
-    os.replace(ptr_tmp, ptr)
+    write_atomic(ptr, json.dumps({"version": w.version, "hash": w.hash, "file": path.name}).encode())
     files = sorted(directory.glob("v*.safetensors"))
     for old in files[:-keep]:
         if old != path:

@@ -10,8 +10,6 @@ never drops an anchor that a retained delta's slow path needs.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 
 import torch
 
+from p2prl.atomicfile import write_atomic
 from p2prl.crypto.envelope import EnvelopeError
 from p2prl.crypto.keys import Identity
 from p2prl.net.store import BlobStore, StoreError
@@ -266,20 +265,6 @@ def retention(
 # -- publishing --------------------------------------------------------------------------------
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 class ChainPublisher:
     """The trainer's side: signs and stores one version per ``publish``.
 
@@ -351,7 +336,8 @@ class ChainPublisher:
             "version": self.version,
             "result_hash": self.result_hash,
         }
-        _atomic_write(self.root / STATE_FILE, json.dumps(meta, sort_keys=True).encode())
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.root / STATE_FILE, json.dumps(meta, sort_keys=True).encode())
 
     # publishing
 
@@ -359,7 +345,8 @@ class ChainPublisher:
         env = encode_message(self.identity, self.network, m)
         self.store.put(blob, expected_id=m.blob.id)
         self.store.pin([m.blob.id])
-        _atomic_write(self.root / "manifests" / f"{m.version:012d}-{m.kind}.env", env)
+        (self.root / "manifests").mkdir(parents=True, exist_ok=True)
+        write_atomic(self.root / "manifests" / f"{m.version:012d}-{m.kind}.env", env)
         return Published(manifest=m, envelope=env, blob=blob)
 
     def publish(self, state: Mapping[str, torch.Tensor]) -> PublishedVersion:

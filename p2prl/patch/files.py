@@ -2,39 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 
+from p2prl.atomicfile import write_atomic
 from p2prl.patch.codec import PatchApplier, PatchEncoder, PatchStats
 from p2prl.patch.errors import PatchError
 from p2prl.patch.hashing import read_safetensors_header
 
 READ_BLOCK = 4 * 1024 * 1024
-
-
-def write_atomic(path: str | Path, chunks: Iterable[bytes]) -> int:
-    """Write ``chunks`` to ``path`` so that it either appears complete or not at all."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(
-        dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=".tmp"
-    )
-    n = 0
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for c in chunks:
-                f.write(c)
-                n += len(c)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return n
 
 
 def load_state_file(path: str | Path) -> dict[str, torch.Tensor]:
