@@ -29,32 +29,32 @@ def _cpu(procs: list[PeerProcess]) -> list[float]:
     return [float(p.call("cpu")) for p in procs]
 
 
-def _capped_providers(root: Path, size: int, chunk: int, timeout: float, cap_mb_s: float) -> dict[str, Any]:
-    """One and then two providers whose uploads are capped at ``cap_mb_s``."""
+def _one_then_two(
+    root: Path, tag: str, seeds: tuple[int, int], size: int, chunk: int, timeout: float, **provider_opts: Any
+) -> tuple[float, float, float]:
+    """A peer fetches one blob from one provider, then another blob from two (``provider_opts`` set
+    up both providers). Returns the two fetch times and the CPU seconds of the one-provider
+    transfer (provider + receiver)."""
     procs: list[PeerProcess] = []
     try:
-        a, b = (PeerProcess(str(root / n), max_upload_bytes_per_s=cap_mb_s * 1e6) for n in ("ca", "cb"))
-        x = PeerProcess(str(root / "cx"))
+        a, b = (PeerProcess(str(root / f"{tag}-{n}"), **provider_opts) for n in ("a", "b"))
+        x = PeerProcess(str(root / f"{tag}-x"))
         procs = [a, b, x]
-        refs = [blob_ref_for(blob_bytes(s, size), chunk) for s in (4, 5)]
+        refs = [blob_ref_for(blob_bytes(s, size), chunk) for s in seeds]
         for p in (a, b):
-            p.call("put", 4, size)
-            p.call("put", 5, size)
+            for s in seeds:
+                p.call("put", s, size)
         x.call("connect", a.addrs)
+        cpu0 = _cpu([a, x])
         r1 = x.call("fetch", refs[0].to_body(), timeout, timeout=timeout + 30)
+        cpu_one = sum(_cpu([a, x])) - sum(cpu0)
         x.call("connect", b.addrs)
         r2 = x.call("fetch", refs[1].to_body(), timeout, timeout=timeout + 30)
     finally:
         _stop_all(procs)
     if not (r1["ok"] and r2["ok"]):
-        raise RuntimeError(f"capped phase failed: {r1['error']} {r2['error']}")
-    one, two = size / r1["seconds"] / 1e6, size / r2["seconds"] / 1e6
-    return {
-        "capped_provider_MBps_limit": cap_mb_s,
-        "capped_single_provider_MBps": round(one, 1),
-        "capped_two_providers_MBps": round(two, 1),
-        "capped_two_over_one": round(two / one, 2),
-    }
+        raise RuntimeError(f"{tag} phase failed: {r1['error']} {r2['error']}")
+    return r1["seconds"], r2["seconds"], cpu_one
 
 
 def _stop_all(procs: list[PeerProcess]) -> None:
@@ -74,34 +74,22 @@ def run_fanout(
     out: dict[str, Any] = {"peers": peers, "blob_bytes": size, "chunk_bytes": chunk}
     with tempfile.TemporaryDirectory(prefix="p2prl-fanout-") as tmp:
         root = Path(tmp)
-        # phase 1: one provider, then two
-        procs: list[PeerProcess] = []
-        try:
-            a, b, x = (PeerProcess(str(root / n)) for n in ("a", "b", "x"))
-            procs = [a, b, x]
-            ref1 = blob_ref_for(blob_bytes(1, size), chunk)
-            ref2 = blob_ref_for(blob_bytes(2, size), chunk)
-            for p in (a, b):
-                p.call("put", 1, size)
-                p.call("put", 2, size)
-            x.call("connect", a.addrs)
-            cpu0 = _cpu([a, x])
-            r1 = x.call("fetch", ref1.to_body(), timeout, timeout=timeout + 30)
-            cpu_single = sum(_cpu([a, x])) - sum(cpu0)
-            x.call("connect", b.addrs)
-            r2 = x.call("fetch", ref2.to_body(), timeout, timeout=timeout + 30)
-        finally:
-            _stop_all(procs)
-        if not (r1["ok"] and r2["ok"]):
-            raise RuntimeError(f"throughput phase failed: {r1['error']} {r2['error']}")
-        out["seconds_single"] = round(r1["seconds"], 3)
+        # phase 1: one provider, then two; then the same with capped uploads
+        one, two, cpu_single = _one_then_two(root, "throughput", (1, 2), size, chunk, timeout)
+        out["seconds_single"] = round(one, 3)
         out["cpu_seconds_single"] = round(cpu_single, 3)
-        out["single_provider_MBps"] = round(size / r1["seconds"] / 1e6, 1)
-        out["two_providers_MBps"] = round(size / r2["seconds"] / 1e6, 1)
-        out.update(_capped_providers(root, size, chunk, timeout, cap_mb_s))
+        out["single_provider_MBps"] = round(size / one / 1e6, 1)
+        out["two_providers_MBps"] = round(size / two / 1e6, 1)
+        one, two, _ = _one_then_two(
+            root, "capped", (4, 5), size, chunk, timeout, max_upload_bytes_per_s=cap_mb_s * 1e6
+        )
+        out["capped_provider_MBps_limit"] = cap_mb_s
+        out["capped_single_provider_MBps"] = round(size / one / 1e6, 1)
+        out["capped_two_providers_MBps"] = round(size / two / 1e6, 1)
+        out["capped_two_over_one"] = round(one / two, 2)
 
         # phase 2: fan-out to N peers
-        procs = []
+        procs: list[PeerProcess] = []
         try:
             pub = PeerProcess(str(root / "pub"), superseed=True)
             procs.append(pub)
