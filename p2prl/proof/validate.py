@@ -394,26 +394,29 @@ class RolloutValidator:
         return BatchVerdict(groups, valid, hard, n_unique, stats)
 
     # -- the forward pass ------------------------------------------------------------------------
-    def _positions(self, blob_id: str, gi: int, ri: int, n: int) -> np.ndarray:
-        k = self.config.positions_per_rollout
+    def _secret_pick(self, prefix: bytes, blob_id: str, ids: tuple[int, ...], n: int, k: int) -> np.ndarray:
+        """``k`` of ``range(n)`` (all when ``k`` is 0 or ≥ n), drawn from SHA-256(prefix ‖ our secret ‖
+        blob id ‖ ids): fixed by the blob the miner committed to, unknowable to it."""
         if k <= 0 or k >= n:
             return np.arange(n)
-        seed = hashlib.sha256(
-            self.position_secret + bytes.fromhex(blob_id) + gi.to_bytes(4, "big") + ri.to_bytes(4, "big")
+        data = (
+            prefix
+            + self.position_secret
+            + bytes.fromhex(blob_id)
+            + b"".join(i.to_bytes(4, "big") for i in ids)
         )
-        rng = np.random.default_rng(int.from_bytes(seed.digest()[:8], "big"))
-        return np.sort(rng.choice(n, size=k, replace=False))
+        rng = np.random.default_rng(int.from_bytes(hashlib.sha256(data).digest()[:8], "big"))
+        return rng.choice(n, size=k, replace=False)
+
+    def _positions(self, blob_id: str, gi: int, ri: int, n: int) -> np.ndarray:
+        """Completion positions of one rollout whose sketches are compared."""
+        return np.sort(self._secret_pick(b"", blob_id, (gi, ri), n, self.config.positions_per_rollout))
 
     def _sampled(self, blob_id: str, gi: int, n: int) -> set[int]:
         """The rollouts of group ``gi`` recomputed with the model, unknown to the miner at commit time."""
-        k = self.config.checked_per_group
-        if k <= 0 or k >= n:
-            return set(range(n))
-        seed = hashlib.sha256(
-            b"sample" + self.position_secret + bytes.fromhex(blob_id) + gi.to_bytes(4, "big")
-        )
-        rng = np.random.default_rng(int.from_bytes(seed.digest()[:8], "big"))
-        return {int(i) for i in rng.choice(n, size=k, replace=False)}
+        return {
+            int(i) for i in self._secret_pick(b"sample", blob_id, (gi,), n, self.config.checked_per_group)
+        }
 
     def _model_checks(
         self, batch: RolloutBatch, model: Any, todo: list[tuple[int, int]], blob_id: str
