@@ -181,14 +181,9 @@ class NodeConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be positive")
-        if self.superseed_s < 0:
-            raise ConfigError("superseed_s must be >= 0")
-        if self.max_upload_mb_s < 0:
-            raise ConfigError("max_upload_mb_s must be >= 0")
-        if self.checked_per_group < 0:
-            raise ConfigError("checked_per_group must be >= 0")
-        if self.dishonest_perturb < 0:
-            raise ConfigError("dishonest_perturb must be >= 0")
+        for name in ("superseed_s", "max_upload_mb_s", "checked_per_group", "dishonest_perturb"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0")
         return self
 
 
