@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,23 @@ def make_node(tmp_path: Path) -> Iterator:
     yield make
     for n in nodes:
         n.stop()
+
+
+def _our_threads() -> set[int]:
+    # trio keeps idle worker threads ("Trio thread N") cached for a few seconds; they are not ours
+    return {t.ident for t in threading.enumerate() if not t.name.startswith("Trio thread")}
+
+
+@pytest.fixture
+def assert_no_thread_leak() -> Callable[[], None]:
+    """Call once every node the test started is stopped: fails if a thread started since the test
+    began is still alive 10 s later."""
+    before = _our_threads()
+
+    def check() -> None:
+        deadline = time.monotonic() + 10
+        while _our_threads() - before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _our_threads() - before, [t.name for t in threading.enumerate()]
+
+    return check

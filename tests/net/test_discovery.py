@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import threading
 import time
 
 import pytest
@@ -50,16 +49,11 @@ def _connected(nodes: list[P2PNode], within: float) -> bool:
     return False
 
 
-def _threads() -> set[int]:
-    return {t.ident for t in threading.enumerate() if not t.name.startswith("Trio thread")}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("mdns", [True, False])
-def test_mdns_discovery(tmp_path, mdns: bool) -> None:
+def test_mdns_discovery(tmp_path, mdns: bool, assert_no_thread_leak) -> None:
     if mdns and not _multicast_works():
         pytest.skip("this machine does not deliver multicast datagrams")
-    before = _threads()
     nodes = [
         P2PNode(Identity.generate(), "disc", BlobStore(tmp_path / str(i)), NetConfig(mdns=mdns))
         for i in range(3)
@@ -72,7 +66,4 @@ def test_mdns_discovery(tmp_path, mdns: bool) -> None:
     finally:
         for n in nodes:
             n.stop()
-    deadline = time.monotonic() + 10
-    while _threads() - before and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _threads() - before, [t.name for t in threading.enumerate()]
+    assert_no_thread_leak()

@@ -1,6 +1,5 @@
 """Gossip between real libp2p hosts on 127.0.0.1: delivery, hostile envelopes, clean shutdown."""
 
-import threading
 import time
 
 import pytest
@@ -32,13 +31,7 @@ def until_delivered(sender: P2PNode, receiver: P2PNode, version: int, timeout: f
     raise AssertionError(f"version {version} never delivered; receiver stats {receiver.stats()}")
 
 
-def _threads() -> set[int]:
-    # trio keeps idle worker threads ("Trio thread N") cached for a few seconds; they are not ours
-    return {t.ident for t in threading.enumerate() if not t.name.startswith("Trio thread")}
-
-
-def test_gossip_hostile_envelopes_dropped_and_counted(make_node) -> None:
-    before = _threads()
+def test_gossip_hostile_envelopes_dropped_and_counted(make_node, assert_no_thread_leak) -> None:
     a, b = make_node("a"), make_node("b")
     b.subscribe(HB)
     a.subscribe(HB)
@@ -76,10 +69,7 @@ def test_gossip_hostile_envelopes_dropped_and_counted(make_node) -> None:
 
     a.stop()
     b.stop()
-    deadline = time.monotonic() + 10
-    while _threads() - before and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _threads() - before, [t.name for t in threading.enumerate()]
+    assert_no_thread_leak()
 
 
 def test_start_stop_is_idempotent_and_peers_listed(tmp_path) -> None:
