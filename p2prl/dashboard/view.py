@@ -37,21 +37,24 @@ def reward_series(statuses: list[Status]) -> list[tuple[int, float, int]]:
     return [(v, m[0] / m[1], int(m[1])) for v, m in sorted(merged.items()) if m[1]]
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+def _scaled(n: float) -> tuple[float, int]:
+    """``n`` in its binary unit: (value, 0 for bytes … 3 for GiB)."""
+    i = 0
+    while abs(n) >= 1024 and i < 3:
         n /= 1024
-    return f"{n:.1f} GiB"
+        i += 1
+    return n, i
+
+
+def _fmt_bytes(n: float) -> str:
+    v, i = _scaled(n)
+    return f"{v:.0f} B" if i == 0 else f"{v:.1f} {('B', 'KiB', 'MiB', 'GiB')[i]}"
 
 
 def _short_bytes(n: float) -> str:
-    """Compact size for narrow columns: 0, 512B, 88K, 1.7M, 12M, 3.2G (binary units)."""
-    for unit in ("B", "K", "M", "G"):
-        if abs(n) < 1024 or unit == "G":
-            return f"{n:.0f}{unit}" if unit == "B" or abs(n) >= 10 else f"{n:.1f}{unit}"
-        n /= 1024
-    return f"{n:.0f}G"
+    """Compact size for narrow columns: 0B, 512B, 88K, 1.7M, 12M, 3.2G."""
+    v, i = _scaled(n)
+    return f"{v:.0f}{'BKMG'[i]}" if i == 0 or abs(v) >= 10 else f"{v:.1f}{'BKMG'[i]}"
 
 
 def _trainer_version(statuses: list[Status]) -> int:
