@@ -94,6 +94,12 @@ class NodeContext:
         t.start()
         return t
 
+    def spawn_pump(
+        self, handlers: dict[str, Handler], holds: Callable[[], list[str]], version: Callable[[], int]
+    ) -> threading.Thread:
+        """Start the gossip pump every role runs: verified messages to ``handlers``, heartbeats out."""
+        return self.spawn("pump", Pump(self, handlers, holds, version).run)
+
     def join(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         for t in self.threads:

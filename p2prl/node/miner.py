@@ -19,7 +19,7 @@ import torch
 
 from p2prl.atomicfile import write_atomic
 from p2prl.node.common import generation_params, group_size, groups_per_batch, open_synced_role, task_of
-from p2prl.node.context import NodeContext, Pump
+from p2prl.node.context import NodeContext
 from p2prl.node.sync import WeightSync
 from p2prl.node.weights import Weights, sha256_of_state
 from p2prl.protocol.blobs import blob_ref_for
@@ -202,13 +202,11 @@ class Miner:
         return list(self.pinned) + [m.blob.id for m in self.book.all()[-8:] if self.ctx.store.has(m.blob.id)]
 
     def start(self) -> None:
-        pump = Pump(
-            self.ctx,
+        self.ctx.spawn_pump(
             {PatchManifest.TYPE: self.on_manifest, Verdict.TYPE: self.on_verdict, "scores": self.on_scores},
             self.holds,
             lambda: self.active.version,
         )
-        self.ctx.spawn("pump", pump.run)
         self.ctx.spawn("sync", self.sync.run)
         self.ctx.spawn("generate", self.run)
 

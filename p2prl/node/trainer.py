@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from p2prl.node.common import generation_params, genesis_base_hash
-from p2prl.node.context import NodeContext, NodeStartError, Pump
+from p2prl.node.context import NodeContext, NodeStartError
 from p2prl.node.weights import load_base_model, sha256_of_state
 from p2prl.patch.hashing import weights_hash
 from p2prl.protocol.messages import RolloutAnnouncement, Verdict
@@ -358,13 +358,11 @@ class Trainer:
         return [m.blob.id for m in self.chain.index.all()][-64:]
 
     def start(self) -> None:
-        pump = Pump(
-            self.ctx,
+        self.ctx.spawn_pump(
             {RolloutAnnouncement.TYPE: self.on_announcement, Verdict.TYPE: self.on_verdict},
             self.holds,
             lambda: self.version,
         )
-        self.ctx.spawn("pump", pump.run)
         self.ctx.spawn("fetch", self.fetch_loop)
         self.ctx.spawn("train", self.train_loop)
         self.ctx.spawn("publish", self.publish_loop)

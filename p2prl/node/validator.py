@@ -16,7 +16,7 @@ from collections import OrderedDict, deque
 from typing import Any
 
 from p2prl.node.common import generation_params, group_size, open_synced_role, task_of
-from p2prl.node.context import NodeContext, Pump
+from p2prl.node.context import NodeContext
 from p2prl.node.sync import WeightSync
 from p2prl.node.weights import Weights, sha256_of_state
 from p2prl.protocol.messages import PatchManifest, RolloutAnnouncement
@@ -259,13 +259,11 @@ class Validator:
         return [m.blob.id for m in self.book.all()[-8:] if self.ctx.store.has(m.blob.id)]
 
     def start(self) -> None:
-        pump = Pump(
-            self.ctx,
+        self.ctx.spawn_pump(
             {PatchManifest.TYPE: self.on_manifest, RolloutAnnouncement.TYPE: self.on_announcement},
             self.holds,
             lambda: self.current.version,
         )
-        self.ctx.spawn("pump", pump.run)
         self.ctx.spawn("sync", self.sync.run)
         self.ctx.spawn("validate", self.run)
 
