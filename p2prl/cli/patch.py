@@ -130,3 +130,23 @@ def bench_patch(
             f"encode {ix['encode_mvals_s']:.0f} M/s, decode {ix['decode_mvals_s']:.0f} M/s"
         )
     typer.echo("\n".join(lines))
+
+
+def bench_patch_cli(
+    scale: float = typer.Option(0.24, "--scale", help="Model size as for `bench patch` (0.24: ≈118M parameters)."),
+    repeat: int = typer.Option(3, "--repeat", help="Timed runs of each process (median reported)."),
+    cache: Path | None = typer.Option(None, "--cache", help="Keep the generated weights here for reruns."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Race `p2prl patch diff` against PULSE's numpy codec, each as a whole process, on the same files."""
+    from p2prl.patch.bench import cli_race
+
+    r = cli_race(scale=scale, repeat=repeat, cache=cache)
+    if as_json:
+        typer.echo(json.dumps(r, indent=1))
+        return
+    typer.echo(
+        f"{r['params'] / 1e6:.0f}M parameters: p2prl patch diff {r['p2prl_patch_diff_s']:.2f} s, "
+        f"PULSE reference {r['pulse_ref_s']:.2f} s, ratio {r['ratio']:.2f} "
+        f"(patches {r['p2prl_bytes']} vs {r['pulse_bytes']} bytes)"
+    )

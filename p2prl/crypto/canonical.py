@@ -22,7 +22,10 @@ class CanonicalError(ValueError):
 def _check(value: Any, depth: int = 0) -> None:
     if depth > MAX_DEPTH:
         raise CanonicalError("nesting too deep")
-    if value is None or isinstance(value, (bool, str)):
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, str):
+        _check_text(value)
         return
     if isinstance(value, int):
         if not -INT_BOUND <= value < INT_BOUND:
@@ -38,9 +41,19 @@ def _check(value: Any, depth: int = 0) -> None:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise CanonicalError(f"object keys must be strings, got {type(k).__name__}")
+            _check_text(k)
             _check(v, depth + 1)
         return
     raise CanonicalError(f"type {type(value).__name__} is not encodable")
+
+
+def _check_text(s: str) -> None:
+    """Strings must be Unicode scalar values: a lone surrogate (``"\\ud800"``) is refused, since
+    other languages' JSON libraries reject or silently replace it and would sign other bytes."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CanonicalError("string holds a lone UTF-16 surrogate") from None
 
 
 def canonical_bytes(value: Any) -> bytes:

@@ -111,11 +111,6 @@ def open_envelope(
         raise EnvelopeError("truncated", "header shorter than declared")
     t = data[pos : pos + tlen]
     pos += tlen
-    if not _TYPE_RE.match(t):
-        raise EnvelopeError("bad_type", repr(t))
-    type_ = t.decode()
-    if expected_type is not None and type_ != expected_type:
-        raise EnvelopeError("unexpected_type", f"{type_} where {expected_type} was expected")
     signer = data[pos : pos + PUBLIC_KEY_BYTES]
     pos += PUBLIC_KEY_BYTES
     (blen,) = struct.unpack(">I", data[pos : pos + 4])
@@ -123,6 +118,11 @@ def open_envelope(
     if len(data) != pos + blen + SIGNATURE_BYTES:
         kind = "truncated" if len(data) < pos + blen + SIGNATURE_BYTES else "trailing_bytes"
         raise EnvelopeError(kind, f"length {len(data)} does not match declared body of {blen} bytes")
+    if not _TYPE_RE.match(t):
+        raise EnvelopeError("bad_type", repr(t))
+    type_ = t.decode()
+    if expected_type is not None and type_ != expected_type:
+        raise EnvelopeError("unexpected_type", f"{type_} where {expected_type} was expected")
     body_bytes = data[pos : pos + blen]
     sig = data[pos + blen :]
     if allowed_signers is not None and signer not in allowed_signers:

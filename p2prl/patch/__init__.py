@@ -1,15 +1,11 @@
-"""Sparse lossless weight patches and the signed checkpoint chain (DESIGN §3, docs/PROTOCOL.md)."""
+"""Sparse lossless weight patches and the signed checkpoint chain (DESIGN §3, docs/PROTOCOL.md).
 
-from p2prl.patch.chain import (
-    ChainIndex,
-    ChainPublisher,
-    Published,
-    PublishedVersion,
-    materialize,
-    open_manifest,
-    plan_sync,
-    retention,
-)
+The codec, hashing and file commands import no torch (``p2prl patch diff`` starts in a fraction of
+torch's import time); the chain, which holds torch state dicts, is loaded on first use.
+"""
+
+from typing import Any
+
 from p2prl.patch.codec import (
     PatchApplier,
     PatchEncoder,
@@ -44,3 +40,14 @@ __all__ = [
     "weights_hash",
     "weights_hash_file",
 ]
+
+_CHAIN = {"ChainIndex", "ChainPublisher", "Published", "PublishedVersion", "materialize", "open_manifest",
+          "plan_sync", "retention"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CHAIN:
+        from p2prl.patch import chain
+
+        return getattr(chain, name)
+    raise AttributeError(f"module 'p2prl.patch' has no attribute {name!r}")

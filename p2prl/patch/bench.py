@@ -273,3 +273,47 @@ def run(
         "zstd_level": zstd_level,
         "threads": os.cpu_count(),
     }
+
+
+def cli_race(
+    scale: float = 0.24, lr: float = 1e-6, warmup: int = 10, seed: int = 0, repeat: int = 3, cache: Path | None = None
+) -> dict[str, Any]:
+    """``p2prl patch diff`` against PULSE's codec (numpy, no torch) as whole processes on the same
+    two safetensors files: what a user waits for, imports and file reading included."""
+    import subprocess
+    import sys
+
+    base, new = cached_weights(cache, scale, lr, warmup, seed)
+    numel = sum(t.numel() for t in base.values())
+    with tempfile.TemporaryDirectory(prefix="p2prl-patch-cli-") as tmp:
+        d = Path(tmp)
+        from safetensors.torch import save_file
+
+        save_file(base, str(d / "base.safetensors"))
+        save_file(new, str(d / "new.safetensors"))
+        del base, new
+        gc.collect()
+        cmds = {
+            "p2prl_patch_diff": [sys.executable, "-m", "p2prl", "patch", "diff", "base.safetensors",
+                                 "new.safetensors", "-o", "p2prl.patch"],
+            "pulse_ref": [sys.executable, "-m", "p2prl.patch.pulse_ref", "base.safetensors",
+                          "new.safetensors", "pulse.patch"],
+        }
+        times: dict[str, float] = {}
+        for name, cmd in cmds.items():
+            runs = []
+            for _ in range(repeat + 1):  # the first run warms the page cache and is not counted
+                t0 = time.perf_counter()
+                subprocess.run(cmd, cwd=d, check=True, capture_output=True)
+                runs.append(time.perf_counter() - t0)
+            times[name] = statistics.median(runs[1:])
+        sizes = {"p2prl_bytes": (d / "p2prl.patch").stat().st_size, "pulse_bytes": (d / "pulse.patch").stat().st_size}
+    return {
+        "params": numel,
+        "scale": scale,
+        "repeat": repeat,
+        "p2prl_patch_diff_s": times["p2prl_patch_diff"],
+        "pulse_ref_s": times["pulse_ref"],
+        "ratio": times["p2prl_patch_diff"] / times["pulse_ref"],
+        **sizes,
+    }

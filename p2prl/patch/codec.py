@@ -19,11 +19,10 @@ from typing import Any
 
 import blake3
 import numpy as np
-import torch
 import zstandard
 
 from p2prl.patch import intcode
-from p2prl.patch.dtypes import BY_NAME, dtype_of, uint_view
+from p2prl.patch.dtypes import BY_NAME, TensorLike, dtype_of, empty_like, shape_of, uint_view
 from p2prl.patch.errors import PatchError
 from p2prl.patch.format import (
     CODEC,
@@ -71,8 +70,8 @@ def _compress(raw: bytes, level: int) -> bytes:
     return cache[1].compress(raw)
 
 
-def _specs(state: Mapping[str, torch.Tensor]) -> tuple[TensorSpec, ...]:
-    return tuple(TensorSpec(n, dtype_of(state[n]).name, tuple(state[n].shape)) for n in sorted_names(state))
+def _specs(state: Mapping[str, TensorLike]) -> tuple[TensorSpec, ...]:
+    return tuple(TensorSpec(n, dtype_of(state[n]).name, shape_of(state[n])) for n in sorted_names(state))
 
 
 @dataclass
@@ -174,8 +173,8 @@ class PatchEncoder:
 
     def __init__(
         self,
-        base: Mapping[str, torch.Tensor],
-        new: Mapping[str, torch.Tensor],
+        base: Mapping[str, TensorLike],
+        new: Mapping[str, TensorLike],
         *,
         zstd_level: int = 1,
         base_hash: str | None = None,
@@ -196,6 +195,9 @@ class PatchEncoder:
         self.index_coding = index_coding
         self.threads = max(1, threads)
         self.segment_span = segment_span
+        # The decoder's own header rules, applied before any work: never write what apply rejects.
+        probe = Header(base_hash="0" * 64, tensors=self.specs, zstd_level=zstd_level).to_bytes()
+        parse_header(probe[PREAMBLE.size :])
         self.stats = PatchStats(numel=sum(s.numel for s in self.specs))
 
     def _work(self) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
@@ -261,20 +263,20 @@ class PatchEncoder:
 
 
 def encode_patch(
-    base: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], *, zstd_level: int = 1
+    base: Mapping[str, TensorLike], new: Mapping[str, TensorLike], *, zstd_level: int = 1
 ) -> bytes:
     """The whole patch from ``base`` to ``new`` as bytes."""
     return b"".join(PatchEncoder(base, new, zstd_level=zstd_level).segments())
 
 
 def iter_patch(
-    base: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], *, zstd_level: int = 1
+    base: Mapping[str, TensorLike], new: Mapping[str, TensorLike], *, zstd_level: int = 1
 ) -> Iterator[bytes]:
     """Streaming form of encode_patch: header, then each segment as soon as it is encoded."""
     return PatchEncoder(base, new, zstd_level=zstd_level).segments()
 
 
-def check_base(header: Header, base: Mapping[str, torch.Tensor]) -> None:
+def check_base(header: Header, base: Mapping[str, TensorLike]) -> None:
     """The base must hold exactly the tensors the patch was made against (names, dtypes, shapes)."""
     names = {s.name for s in header.tensors}
     if set(base) != names:
@@ -282,7 +284,7 @@ def check_base(header: Header, base: Mapping[str, torch.Tensor]) -> None:
         raise PatchError(f"base does not match the patch: tensor sets differ (e.g. {missing[0]!r})")
     for s in header.tensors:
         t = base[s.name]
-        if dtype_of(t).name != s.dtype or tuple(t.shape) != s.shape:
+        if dtype_of(t).name != s.dtype or shape_of(t) != s.shape:
             raise PatchError(f"base does not match the patch: {s.name} is {dtype_of(t).name}{list(t.shape)}")
 
 
@@ -303,10 +305,10 @@ class PatchApplier:
 
     def __init__(
         self,
-        base: Mapping[str, torch.Tensor],
+        base: Mapping[str, TensorLike],
         *,
         base_hash: str | None = None,
-        staging: Mapping[str, torch.Tensor] | None = None,
+        staging: Mapping[str, TensorLike] | None = None,
     ) -> None:
         self._base = base
         self._spare = staging
@@ -318,7 +320,7 @@ class PatchApplier:
         self._prev_end = (0, 0)
         self._segments = 0
         self._result_hash: str | None = None
-        self._staging: dict[int, torch.Tensor] = {}
+        self._staging: dict[int, TensorLike] = {}
         self._views: dict[int, np.ndarray] = {}
         # the result is finalised (copied, patched and hashed) in canonical order up to here
         self._cursor = (0, 0)
@@ -443,10 +445,7 @@ class PatchApplier:
             assert self._header is not None
             name = self._header.tensors[ti].name
             src = self._base[name]
-            if self._spare is not None:
-                staged = self._spare[name]
-            else:
-                staged = torch.empty_like(src, memory_format=torch.contiguous_format)
+            staged = self._spare[name] if self._spare is not None else empty_like(src)
             self._staging[ti] = staged
             v = self._views[ti] = uint_view(staged)
         return v
@@ -529,7 +528,7 @@ class PatchApplier:
             raise PatchError(f"dense segment changes {changed} elements, declares {seg.count}")
         target[...] = new
 
-    def finish(self) -> dict[str, torch.Tensor]:
+    def finish(self) -> dict[str, TensorLike]:
         """The patched state, only if the patch is complete and the result hash matches."""
         if self._error is not None:
             raise PatchError(self._error)
@@ -541,7 +540,7 @@ class PatchApplier:
         except PatchError as e:
             self._fail(str(e))
             raise
-        out: dict[str, torch.Tensor] = {}
+        out: dict[str, TensorLike] = {}
         for ti, spec in enumerate(self._header.tensors):
             out[spec.name] = self._staging[ti] if ti in self._staging else self._base[spec.name]
         got = self._result.hexdigest()
@@ -558,12 +557,12 @@ class PatchApplier:
 
 
 def apply_patch(
-    base: Mapping[str, torch.Tensor],
+    base: Mapping[str, TensorLike],
     patch: bytes | bytearray | memoryview,
     *,
     base_hash: str | None = None,
-    staging: Mapping[str, torch.Tensor] | None = None,
-) -> dict[str, torch.Tensor]:
+    staging: Mapping[str, TensorLike] | None = None,
+) -> dict[str, TensorLike]:
     """Apply a whole patch: verifies the base hash first and the result hash last; never mutates
     ``base``. ``base_hash`` and ``staging`` are as for PatchApplier."""
     applier = PatchApplier(base, base_hash=base_hash, staging=staging)

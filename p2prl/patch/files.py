@@ -1,38 +1,68 @@
-"""Diff and apply on safetensors files, writing outputs atomically (temp file, fsync, rename)."""
+"""Diff and apply on safetensors files, writing outputs atomically (temp file, fsync, rename).
+
+Files are read as ``RawTensor`` bit views of a memory map (no copy, no torch), so the file
+commands cost little more than the diff itself.
+"""
 
 from __future__ import annotations
 
+import json
+import mmap
+import struct
 from pathlib import Path
 
-import torch
+import numpy as np
 
 from p2prl.atomicfile import write_atomic
 from p2prl.patch.codec import PatchApplier, PatchEncoder, PatchStats
+from p2prl.patch.dtypes import BY_NAME, RawTensor, TensorLike, dtype_of, shape_of, uint_view
 from p2prl.patch.errors import PatchError
 from p2prl.patch.hashing import read_safetensors_header
 
 READ_BLOCK = 4 * 1024 * 1024
 
 
-def load_state_file(path: str | Path) -> dict[str, torch.Tensor]:
-    """A safetensors file as a state dict; PatchError with the reason if it is not one."""
-    from safetensors.torch import load
-
+def load_state_file(path: str | Path) -> dict[str, RawTensor]:
+    """A safetensors file as read-only bit views of its memory map; PatchError if it is not one."""
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
     except OSError as e:
         raise PatchError(f"cannot read {path}: {e.strerror or e}") from None
-    read_safetensors_header(memoryview(data))
-    try:
-        return load(data)
-    except Exception as e:  # the library raises several types on malformed input
-        raise PatchError(f"{path} is not a valid safetensors file: {e}") from None
+    entries, off = read_safetensors_header(memoryview(mm))
+    buf = np.frombuffer(mm, dtype=np.uint8)
+    out: dict[str, RawTensor] = {}
+    for name, (dtype, shape, begin, end) in entries.items():
+        raw = buf[off + begin : off + end]
+        out[name] = RawTensor(dtype, shape, raw.view(BY_NAME[dtype].uint))
+    return out
 
 
-def save_state_file(state: dict[str, torch.Tensor], path: str | Path) -> None:
-    from safetensors.torch import save
+def safetensors_bytes(state: dict[str, TensorLike]) -> list[bytes | memoryview]:
+    """A state dict in the safetensors layout (u64 header length, JSON header, data), as parts.
 
-    write_atomic(path, [save({k: v.contiguous() for k, v in state.items()})])
+    Written here rather than by the safetensors package because its numpy path has no bfloat16;
+    ``read_safetensors_header`` is the matching reader, and the tests load the result with the
+    safetensors package itself.
+    """
+    header: dict[str, object] = {}
+    parts: list[bytes | memoryview] = []
+    offset = 0
+    for name in sorted(state):
+        t = state[name]
+        v = uint_view(t)
+        header[name] = {"dtype": dtype_of(t).name, "shape": list(shape_of(t)), "data_offsets": [offset, offset + v.nbytes]}
+        parts.append(memoryview(v).cast("B"))
+        offset += v.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    return [struct.pack("<Q", len(raw)), raw, *parts]
+
+
+def save_state_file(state: dict[str, TensorLike], path: str | Path) -> None:
+    """Write a state dict (RawTensor or torch tensors) as a safetensors file, atomically."""
+    write_atomic(path, safetensors_bytes(state))
 
 
 def diff_files(base: str | Path, new: str | Path, out: str | Path, *, zstd_level: int = 1) -> PatchStats:

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import blake3
 import numpy as np
-import torch
 
-from p2prl.patch.dtypes import BY_NAME, dtype_of, uint_view
+from p2prl.patch.dtypes import BY_NAME, TensorLike, dtype_of, shape_of, uint_view
 from p2prl.patch.errors import PatchError
 
 DOMAIN = b"p2prl/weights/v1\x00"
@@ -48,7 +47,7 @@ def sorted_names(names: Iterable[str]) -> list[str]:
     return sorted(names, key=lambda s: s.encode("utf-8"))
 
 
-def weights_hash(state: Mapping[str, torch.Tensor]) -> str:
+def weights_hash(state: Mapping[str, TensorLike]) -> str:
     """BLAKE3 hex of the canonical serialization of ``state`` (CPU, contiguous tensors)."""
     h = blake3.blake3(max_threads=blake3.blake3.AUTO)
     h.update(DOMAIN + struct.pack("<I", len(state)))
@@ -56,7 +55,7 @@ def weights_hash(state: Mapping[str, torch.Tensor]) -> str:
         t = state[name]
         d = dtype_of(t)
         v = uint_view(t)
-        h.update(_entry_prefix(name, d.name, t.shape, v.nbytes))
+        h.update(_entry_prefix(name, d.name, shape_of(t), v.nbytes))
         if v.nbytes:
             h.update(memoryview(v).cast("B"))
     return h.hexdigest()

@@ -13,10 +13,9 @@ import struct
 from collections.abc import Mapping
 
 import numpy as np
-import torch
 import zstandard
 
-from p2prl.patch.dtypes import dtype_of, uint_view
+from p2prl.patch.dtypes import TensorLike, dtype_of, empty_like, shape_of, uint_view
 from p2prl.patch.hashing import sorted_names
 
 
@@ -32,7 +31,7 @@ def _narrow(a: np.ndarray, small: type[np.unsignedinteger]) -> tuple[str, bytes]
     return "<i4", a.astype(np.int32).tobytes()
 
 
-def pulse_encode(base: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], level: int = 1) -> bytes:
+def pulse_encode(base: Mapping[str, TensorLike], new: Mapping[str, TensorLike], level: int = 1) -> bytes:
     meta: list[dict[str, object]] = []
     parts: list[bytes] = []
     for name in sorted_names(base):
@@ -40,7 +39,7 @@ def pulse_encode(base: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tenso
         idx = np.flatnonzero(old != cur)
         if idx.size == 0:
             continue
-        cols = _cols(tuple(base[name].shape))
+        cols = _cols(shape_of(base[name]))
         rows, colv = np.divmod(idx, cols)
         row_gaps = np.diff(rows, prepend=0)
         col_gaps = np.diff(colv, prepend=0)
@@ -66,7 +65,7 @@ def pulse_encode(base: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tenso
     return zstandard.ZstdCompressor(level=level).compress(payload)
 
 
-def pulse_apply(base: Mapping[str, torch.Tensor], blob: bytes) -> dict[str, torch.Tensor]:
+def pulse_apply(base: Mapping[str, TensorLike], blob: bytes) -> dict[str, TensorLike]:
     """Decode and apply into copies of the touched tensors (no verification: PULSE has no hash)."""
     payload = zstandard.ZstdDecompressor().decompress(blob)
     (hlen,) = struct.unpack_from("<I", payload)
@@ -80,8 +79,9 @@ def pulse_apply(base: Mapping[str, torch.Tensor], blob: bytes) -> dict[str, torc
         pos += n * rdt.itemsize
         col_gaps = np.frombuffer(payload, cdt, n, pos).astype(np.int64)
         pos += n * cdt.itemsize
-        t = base[m["name"]].clone()
+        t = empty_like(base[m["name"]])
         target = uint_view(t)
+        np.copyto(target, uint_view(base[m["name"]]))
         vals = np.frombuffer(payload, target.dtype, n, pos)
         pos += n * target.dtype.itemsize
         rows = np.cumsum(row_gaps, dtype=np.int64)
@@ -94,3 +94,20 @@ def pulse_apply(base: Mapping[str, torch.Tensor], blob: bytes) -> dict[str, torc
         target[rows * cols + colv] = vals
         out[m["name"]] = t
     return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m p2prl.patch.pulse_ref BASE NEW OUT``: the reference as a whole process (numpy,
+    no torch), so ``p2prl bench patch-cli`` can race it against ``p2prl patch diff``."""
+    import sys
+
+    from p2prl.patch.files import load_state_file
+
+    base_path, new_path, out = (argv if argv is not None else sys.argv[1:])[:3]
+    blob = pulse_encode(load_state_file(base_path), load_state_file(new_path))
+    with open(out, "wb") as f:
+        f.write(blob)
+
+
+if __name__ == "__main__":
+    main()

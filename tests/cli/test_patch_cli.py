@@ -1,10 +1,14 @@
 import json
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
 
 from p2prl.cli.main import app
+from p2prl.patch.dtypes import RawTensor
 from p2prl.patch.files import load_state_file, save_state_file
 from p2prl.patch.hashing import weights_hash
 
@@ -97,6 +101,61 @@ def test_diff_and_inspect_failures(files):
     ):
         r = _run("patch", *args)
         assert r.exit_code == 1 and r.stderr.startswith("error: ")
+
+
+def test_saved_files_are_standard_safetensors(files):
+    from safetensors.torch import load_file
+
+    d, new = files
+    back = load_file(str(d / "new.safetensors"))
+    assert back.keys() == new.keys()
+    for k, v in new.items():
+        assert back[k].dtype == v.dtype and torch.equal(back[k].view(torch.uint8), v.view(torch.uint8))
+
+
+@pytest.mark.parametrize("level", [23, -8, 100])
+def test_diff_refuses_levels_apply_would_refuse(files, level):
+    d, _ = files
+    r = _run("patch", "diff", d / "base.safetensors", d / "new.safetensors", "-o", d / "p.patch", "--zstd-level", level)
+    assert r.exit_code == 1 and r.stderr.startswith("error: ") and "zstd_level" in r.stderr, r.output
+    assert _no_output(d, "p.patch")
+
+
+def _raw(shape, fill):
+    return RawTensor("BF16", shape, np.full(int(np.prod(shape)), fill, dtype=np.uint16))
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "reason"),
+    [("", (2,), "name"), ("n" * 1025, (2,), "name"), ("deep", (1,) * 9 + (2,), "shape")],
+)
+def test_diff_refuses_tensors_apply_would_refuse(tmp_path, name, shape, reason):
+    """Every patch `diff` writes is one `apply` accepts: bad names and shapes fail at diff time."""
+    save_state_file({name: _raw(shape, 1)}, tmp_path / "a.safetensors")
+    save_state_file({name: _raw(shape, 2)}, tmp_path / "b.safetensors")
+    r = _run("patch", "diff", tmp_path / "a.safetensors", tmp_path / "b.safetensors", "-o", tmp_path / "p.patch")
+    assert r.exit_code == 1 and r.stderr.startswith("error: ") and reason in r.stderr, r.output
+    assert "Traceback" not in r.output and _no_output(tmp_path, "p.patch")
+
+
+def test_patch_commands_do_not_import_torch(files):
+    """The file commands run on numpy bit views: torch's import (≈2 s) is not paid."""
+    d, _ = files
+    code = (
+        "import sys\n"
+        "from p2prl.cli.main import main\n"
+        "sys.argv = ['p2prl'] + sys.argv[1:]\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    runs = [
+        ("diff", d / "base.safetensors", d / "new.safetensors", "-o", d / "p.patch"),
+        ("apply", d / "base.safetensors", d / "p.patch", "-o", d / "o.safetensors"),
+        ("inspect", d / "p.patch", "--json"),
+    ]
+    for args in runs:
+        r = subprocess.run([sys.executable, "-c", code, "patch", *map(str, args)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
 
 
 @pytest.mark.slow

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -53,3 +55,23 @@ def test_non_canonical_bytes_rejected(data):
 def test_size_bound():
     with pytest.raises(CanonicalError, match="limit"):
         canonical_loads(b'"' + b"a" * 100 + b'"', max_bytes=50)
+
+
+@pytest.mark.parametrize("value", ["\ud800", "a\udfffb", {"\udc00": 1}, ["x", "\ud83d"]])
+def test_lone_surrogates_are_refused_both_ways(value):
+    with pytest.raises(CanonicalError, match="surrogate"):
+        canonical_bytes(value)
+    raw = json.dumps(value, ensure_ascii=True, sort_keys=True, separators=(",", ":")).encode()
+    with pytest.raises(CanonicalError, match="surrogate"):
+        canonical_loads(raw)
+
+
+def test_a_surrogate_pair_is_one_character():
+    assert canonical_loads(b'"\\ud83d\\ude00"') == "\U0001f600"
+    assert canonical_bytes("\U0001f600") == b'"\\ud83d\\ude00"'
+
+
+def test_del_is_escaped_and_a_raw_del_is_refused():
+    assert canonical_bytes("a\x7fb") == b'"a\\u007fb"'
+    with pytest.raises(CanonicalError):
+        canonical_loads(b'"a\x7fb"')

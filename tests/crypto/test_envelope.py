@@ -99,3 +99,16 @@ def test_replay_guard():
     g.check(envs[1], now_ms=now)
     g.check(envs[2], now_ms=now)
     assert len(g._seen) == 2  # bounded
+
+
+def test_framing_is_checked_before_the_type():
+    """The documented order: size, magic, framing, type — a truncated envelope is `truncated`
+    whatever its type bytes say."""
+    raw = bytearray(seal(Identity.generate(), "net", "heartbeat", {"a": 1}))
+    raw[5] = ord("!")  # a type byte outside [a-z0-9_]
+    with pytest.raises(EnvelopeError) as e:
+        open_envelope(bytes(raw[:-1]), "net")
+    assert e.value.reason == "truncated"
+    with pytest.raises(EnvelopeError) as e:
+        open_envelope(bytes(raw), "net")
+    assert e.value.reason == "bad_type"

@@ -1,0 +1,188 @@
+"""Worked examples of every message type: real signed envelopes from fixed keys and times.
+
+Ed25519 signatures are deterministic, so these bytes are the same on every machine: docs/PROTOCOL.md
+§8 prints them (``python -m p2prl.protocol.examples`` renders that section) and a test checks that
+the spec and this module agree and that every example decodes and verifies. A second implementation
+can test its encoder and decoder against them byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from p2prl.crypto.canonical import canonical_bytes
+from p2prl.crypto.keys import Identity
+from p2prl.protocol.blobs import blob_ref_for
+from p2prl.protocol.messages import (
+    Genesis,
+    Heartbeat,
+    Message,
+    PatchManifest,
+    RolloutAnnouncement,
+    Scores,
+    Verdict,
+    encode_message,
+)
+
+NETWORK = "example-net"
+CREATED_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+TRAINER = Identity(bytes([1]) * 32)
+VALIDATOR = Identity(bytes([2]) * 32)
+MINER = Identity(bytes([3]) * 32)
+WRAP = 96  # hex characters per line in the spec
+
+
+@dataclass(frozen=True)
+class Example:
+    signer: str  # which of the fixed keys signed it
+    message: Message
+    raw: bytes
+
+    @property
+    def message_body(self) -> str:
+        return canonical_bytes(self.message.to_body()).decode()
+
+
+def _h(tag: str) -> str:
+    return hashlib.sha256(tag.encode()).hexdigest()
+
+
+def examples() -> Iterator[Example]:
+    """One signed envelope of each message type, in the order of the spec's type table."""
+    patch_ref = blob_ref_for(b"\x00" * 40_000, 16 * 1024)
+    rollouts_ref = blob_ref_for(b"rollouts" * 1000, 1 << 20)
+    messages: list[tuple[str, Identity, Message]] = [
+        (
+            "trainer",
+            TRAINER,
+            Genesis(
+                network_id=NETWORK,
+                trainer=TRAINER.public_hex,
+                model={
+                    "name": "p2prl-tiny-addition-v2",
+                    "source": "builtin",
+                    "dtype": "bfloat16",
+                    "parameters": 138_000,
+                    "weights_hash": _h("weights v0"),
+                    "tokenizer": "char",
+                },
+                task={"name": "addition", "params": {"digits": 2}},
+                generation={
+                    "max_new_tokens": 8,
+                    "temperature_milli": 1000,
+                    "top_p_milli": 1000,
+                    "group_size": 8,
+                    "groups_per_batch": 8,
+                },
+                patch={"anchor_interval": 10, "chunk_size": 1 << 20, "codec": "p2prl-sparse-v1"},
+                validators=(VALIDATOR.public_hex,),
+                bootstrap=("/ip4/192.0.2.1/tcp/4001/p2p/12D3KooWExample",),
+                s3=None,
+                max_staleness=4,
+                created_ms=CREATED_MS,
+            ),
+        ),
+        (
+            "trainer",
+            TRAINER,
+            PatchManifest(
+                version=7,
+                base_version=6,
+                base_hash=_h("weights v6"),
+                result_hash=_h("weights v7"),
+                kind="delta",
+                codec="p2prl-sparse-v1",
+                blob=patch_ref,
+                anchor_version=0,
+                created_ms=CREATED_MS,
+            ),
+        ),
+        (
+            "miner",
+            MINER,
+            RolloutAnnouncement(
+                version=7,
+                manifest_hash=_h("weights v7"),
+                blob=rollouts_ref,
+                groups=2,
+                commitment_root=_h("commitments"),
+                created_ms=CREATED_MS,
+            ),
+        ),
+        (
+            "validator",
+            VALIDATOR,
+            Verdict(
+                blob_id=rollouts_ref.id,
+                miner=MINER.public_hex,
+                version=7,
+                groups=(
+                    {"index": 0, "accepted": True, "reason": "ok"},
+                    {"index": 1, "accepted": False, "reason": "reward_mismatch"},
+                ),
+                created_ms=CREATED_MS,
+            ),
+        ),
+        ("validator", VALIDATOR, Scores(version=7, window=4, scores={MINER.public_hex: 1}, created_ms=CREATED_MS)),
+        (
+            "miner",
+            MINER,
+            Heartbeat(
+                role="miner",
+                version=7,
+                peer_id="12D3KooWExample",
+                addrs=("/ip4/192.0.2.7/tcp/4001",),
+                holds=(patch_ref.id,),
+                stats={"rollouts": 16},
+                created_ms=CREATED_MS,
+            ),
+        ),
+    ]
+    for who, ident, msg in messages:
+        yield Example(who, msg, encode_message(ident, NETWORK, msg))
+
+
+SECTION = "## 8. Worked examples"
+
+
+def render() -> str:
+    """The spec's §8 as Markdown."""
+    keys = "\n".join(
+        f"- {name}: seed `{ident.seed.hex()}`, public key `{ident.public_hex}`"
+        for name, ident in (("trainer", TRAINER), ("validator", VALIDATOR), ("miner", MINER))
+    )
+    out = [
+        SECTION,
+        "",
+        "Real envelopes made by `p2prl/protocol/examples.py` (`python -m p2prl.protocol.examples`",
+        f"prints this section; a test keeps the two equal). Network id `{NETWORK}`, `created_ms`",
+        f"{CREATED_MS}, and three fixed keys (the seed is 32 repeated bytes):",
+        "",
+        keys,
+        "",
+    ]
+    for ex in examples():
+        hx = ex.raw.hex()
+        out += [
+            f"### `{ex.message.TYPE}` signed by the {ex.signer} ({len(ex.raw)} bytes)",
+            "",
+            "Body (the canonical JSON it signs):",
+            "",
+            "```json",
+            ex.message_body,
+            "```",
+            "",
+            "Envelope, hex:",
+            "",
+            "```",
+            *(hx[i : i + WRAP] for i in range(0, len(hx), WRAP)),
+            "```",
+            "",
+        ]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(render())
