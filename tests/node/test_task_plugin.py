@@ -117,3 +117,13 @@ def test_plugin_task_pinned_in_genesis_and_used_by_every_role(
         assert st[n]["task_source"] == "p2prl_example_task:SubtractionTask"
     assert v["scores"].get(ids["miner1"].public_hex, 0) > 0
     assert not v.get("labelled", {}).get("rejected"), v["labelled"]  # no reward the validator disputes
+
+
+def test_a_node_without_the_genesis_task_refuses_to_start(make_net) -> None:
+    """A genesis naming a task this machine lacks (the plugin is not installed) stops every role at start."""
+    from p2prl.node.runtime import NodeStartError, start_node
+
+    net = make_net(("trainer", "validator", "miner1"), task="subtraction", task_params={"digits": 1})
+    for name in ("trainer", "miner1"):
+        with pytest.raises(NodeStartError, match="genesis task: unknown task 'subtraction'; known: addition"):
+            start_node(net.config(name)).close()
