@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from p2prl.rl.tasks import (
+    BUILTIN_TASKS,
     AdditionTask,
     available_tasks,
     file_sha256,
@@ -69,6 +70,14 @@ def test_builtins_and_unknown_names() -> None:
     assert tasks["addition"] == "builtin"
     with pytest.raises(ValueError, match=r"unknown task 'chess'; known: addition, countdown, gsm8k"):
         get_task("chess")
+
+
+def test_pyproject_registers_the_builtins_where_they_are() -> None:
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    entries = pyproject["project"]["entry-points"]["p2prl.tasks"]
+    assert entries == {n: f"{c.__module__}:{c.__qualname__}" for n, c in BUILTIN_TASKS.items()}
 
 
 def test_bad_params_name_what_is_accepted() -> None:

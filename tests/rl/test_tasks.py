@@ -2,7 +2,15 @@ from decimal import Decimal
 
 import pytest
 
-from p2prl.rl.tasks import AdditionTask, GSM8KTask, derive_seed, file_sha256, get_task, parse_final_answer
+from p2prl.rl.tasks import (
+    AdditionTask,
+    GSM8KTask,
+    derive_seed,
+    file_sha256,
+    get_task,
+    parse_final_answer,
+    seed_ints,
+)
 
 
 def test_derive_seed_is_sha256_of_documented_layout() -> None:
@@ -61,6 +69,7 @@ def test_gsm8k_sample_and_reward(tmp_path) -> None:
     assert isinstance(task, GSM8KTask) and len(task.items) >= 5
     p = task.problem(b"seed")
     assert p == task.problem(b"seed")
+    assert p.meta["index"] == seed_ints(b"seed", 1)[0] % len(task.items)  # the documented draw
     assert p.prompt.startswith("Question: ") and p.prompt.endswith("Answer:")
     assert task.reward(p, f"Let me think.\n#### {p.answer}") == 1.0
     assert task.reward(p, f"the answer is {p.answer}") == 1.0
