@@ -15,18 +15,15 @@ class SubtractionTask(Task):
     name = "subtraction"
 
     def __init__(self, digits: int = 2) -> None:
-        # parameters are signed into the genesis: JSON scalars, checked here
         if not isinstance(digits, int) or isinstance(digits, bool) or not 1 <= digits <= 9:
             raise ValueError("digits must be an integer in 1..9")
         self.digits = digits
 
     def problem(self, seed: bytes) -> Problem:
-        # seed_ints, never `random`: every node must derive the same problem from the same seed
         x, y = seed_ints(seed, 2)
         a, b = x % 10**self.digits, y % 10**self.digits
         a, b = max(a, b), min(a, b)
         return Problem(prompt=f"{a}-{b}=", answer=str(a - b), meta={"a": a, "b": b})
 
     def reward(self, problem: Problem, completion: str) -> float:
-        # a pure function of the problem and the text: validators recompute it exactly
         return 1.0 if completion == problem.answer else 0.0

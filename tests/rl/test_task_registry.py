@@ -158,3 +158,19 @@ def test_pin_task_params_pins_data_files(tmp_path: Path) -> None:
         pin_task_params("gsm8k", {"path": str(f), "data_sha256": "00" * 32})
     with pytest.raises(ValueError, match="unknown task"):
         pin_task_params("chess", {})
+
+
+def test_the_plugin_in_the_docs_is_the_example_package() -> None:
+    """docs/TASKS.md shows examples/task-plugin verbatim (that package is what the node test installs)."""
+    import re
+
+    root = Path(__file__).parents[2]
+    doc = (root / "docs" / "TASKS.md").read_text()
+    blocks = re.findall(r"```(?:python)?\n(.*?)```", doc, flags=re.S)
+    module = (root / "examples" / "task-plugin" / "p2prl_example_task.py").read_text()
+    project = (root / "examples" / "task-plugin" / "pyproject.toml").read_text()
+    code = module[module.index("from p2prl.rl.tasks import") :]
+    assert code in blocks
+    shown = next(b for b in blocks if b.startswith("[build-system]"))
+    assert set(shown.splitlines()) <= set(project.splitlines())
+    assert '[project.entry-points."p2prl.tasks"]' in shown
