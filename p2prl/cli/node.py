@@ -96,6 +96,9 @@ def network_init(
         "p2prl-net", "--network-id", help="Network id (signed into every envelope)."
     ),
     task: str = typer.Option("addition", "--task", help="Task id (see p2prl.rl.tasks)."),
+    task_param: list[str] = typer.Option(
+        [], "--task-param", help="Task parameter NAME=VALUE (JSON value or string); repeatable."
+    ),
     model_cache: Path = typer.Option(
         Path("p2prl-data/model"), "--model-cache", help="Where the default base model is built/cached."
     ),
@@ -121,10 +124,17 @@ def network_init(
 ) -> None:
     """Write a trainer-signed genesis file (the trainer key signs; its public key is pinned by every node)."""
     from p2prl.node.netinit import NetworkSpec, init_network
+    from p2prl.rl.tasks import parse_task_params
 
+    try:
+        task_params = parse_task_params(task_param)
+    except ValueError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from e
     spec = NetworkSpec(
         network_id=network_id,
         task=task,
+        task_params=task_params,
         validators=list(validator),
         bootstrap=list(bootstrap),
         s3_endpoint=s3_endpoint,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from p2prl.node.context import NodeContext
+from p2prl.node.context import NodeContext, NodeStartError
 from p2prl.node.manifests import ManifestBook
 from p2prl.node.weights import Weights, load_base_model, load_saved_weights
 from p2prl.patch.hashing import weights_hash
@@ -36,10 +36,17 @@ def groups_per_batch(ctx: NodeContext) -> int:
 
 
 def task_of(ctx: NodeContext) -> Any:
+    """The genesis task (a plugin one too); a task this machine cannot build stops the node clearly."""
     from p2prl.rl.tasks import get_task
 
     t = ctx.g.task
-    return get_task(str(t.get("name", "addition")), **dict(t.get("params") or {}))
+    name = str(t.get("name", "addition"))
+    try:
+        task = get_task(name, **dict(t.get("params") or {}))
+    except ValueError as e:
+        raise NodeStartError(f"genesis task: {e}") from e
+    ctx.status.set(task=name, task_source=f"{type(task).__module__}:{type(task).__qualname__}")
+    return task
 
 
 def genesis_base_hash(ctx: NodeContext) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -96,9 +96,10 @@ def genesis_from_spec(
 
 def init_network(spec: NetworkSpec, *, key_path: Path, model_cache: Path, out: Path) -> SignedGenesis:
     """Create the trainer key if needed, describe the base model, sign and write the genesis file."""
-    from p2prl.rl.tasks import get_task
+    from p2prl.rl.tasks import pin_task_params
 
-    get_task(spec.task, **spec.task_params)  # fail early on an unknown task
+    # fail early on an unknown task or bad params; a data-backed task's file hash is pinned here
+    spec = replace(spec, task_params=pin_task_params(spec.task, spec.task_params))
     trainer = load_or_create_identity(key_path)
     sg = genesis_from_spec(spec, trainer, base_model_info(model_cache))
     write_genesis(sg, out)

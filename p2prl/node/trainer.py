@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from p2prl.node.common import generation_params, genesis_base_hash
+from p2prl.node.common import generation_params, genesis_base_hash, task_of
 from p2prl.node.context import NodeContext, NodeStartError
 from p2prl.node.weights import load_base_model, sha256_of_state
 from p2prl.patch.hashing import weights_hash
@@ -100,6 +100,7 @@ class Trainer:
             raise NodeStartError(
                 f"the base model here hashes to {base_hash[:16]}…, genesis says {genesis_base_hash(ctx)[:16]}…"
             )
+        task_of(ctx)  # rewards come from miners, but a trainer on a task it cannot build stops here
         gkw: dict[str, Any] = {"temperature": generation_params(ctx).temperature}
         if cfg.lr > 0:
             gkw["lr"] = cfg.lr

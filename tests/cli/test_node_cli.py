@@ -94,3 +94,32 @@ def test_dashboard_once() -> None:
     finally:
         server.stop()
     assert runner.invoke(app, ["dashboard"]).exit_code == 2
+
+
+def test_network_init_pins_task_params_and_data_hash(tmp_path: Path, model_cache: Path) -> None:
+    from p2prl.rl.tasks import file_sha256
+
+    data = tmp_path / "gsm.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "#### 2"}\n')
+    g = tmp_path / "genesis.json"
+    base = ["network", "init", "--out", str(g), "--key", str(tmp_path / "t.key")]
+    base += ["--model-cache", str(model_cache), "--task"]
+    for args, why in [
+        (["addition", "--task-param", "digts=3"], "takes no parameter digts; it takes: digits"),
+        (["addition", "--task-param", "digits"], "not NAME=VALUE"),
+        (
+            ["gsm8k", "--task-param", f"path={data}", "--task-param", f"data_sha256={'0' * 64}"],
+            "genesis pins",
+        ),
+    ]:
+        res = runner.invoke(app, base + args)
+        assert res.exit_code == 1 and why in res.output and not g.exists(), res.output
+    res = runner.invoke(
+        app, [*base, "gsm8k", "--task-param", f"path={data}", "--task-param", "max_records=5"]
+    )
+    assert res.exit_code == 0, res.output
+    task = json.loads(runner.invoke(app, ["network", "show", str(g)]).output)["task"]
+    assert task == {
+        "name": "gsm8k",
+        "params": {"path": str(data), "max_records": 5, "data_sha256": file_sha256(data)},
+    }

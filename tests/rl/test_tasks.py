@@ -2,7 +2,15 @@ from decimal import Decimal
 
 import pytest
 
-from p2prl.rl.tasks import AdditionTask, GSM8KTask, derive_seed, get_task, parse_final_answer
+from p2prl.rl.tasks import (
+    AdditionTask,
+    GSM8KTask,
+    derive_seed,
+    file_sha256,
+    get_task,
+    parse_final_answer,
+    seed_ints,
+)
 
 
 def test_derive_seed_is_sha256_of_documented_layout() -> None:
@@ -58,9 +66,10 @@ def test_parse_final_answer() -> None:
 
 def test_gsm8k_sample_and_reward(tmp_path) -> None:
     task = get_task("gsm8k")
-    assert isinstance(task, GSM8KTask) and len(task.records) >= 5
+    assert isinstance(task, GSM8KTask) and len(task.items) >= 5
     p = task.problem(b"seed")
     assert p == task.problem(b"seed")
+    assert p.meta["index"] == seed_ints(b"seed", 1)[0] % len(task.items)  # the documented draw
     assert p.prompt.startswith("Question: ") and p.prompt.endswith("Answer:")
     assert task.reward(p, f"Let me think.\n#### {p.answer}") == 1.0
     assert task.reward(p, f"the answer is {p.answer}") == 1.0
@@ -71,8 +80,8 @@ def test_gsm8k_sample_and_reward(tmp_path) -> None:
     f.write_text(
         '{"question": "q1", "answer": "x\\n#### 1,000"}\n\n{"question": "q2", "answer": "#### 0.50"}\n'
     )
-    t2 = get_task("gsm8k", path=f)
-    assert [a for _, a in t2.records] == ["1000", "0.5"]
+    t2 = get_task("gsm8k", path=f, data_sha256=file_sha256(f))
+    assert [a for _, a in t2.items] == ["1000", "0.5"]
     p1 = next(t2.problem(bytes([i])) for i in range(64) if t2.problem(bytes([i])).meta["index"] == 0)
     assert (
         t2.reward(p1, "#### 1000") == 1.0 and t2.reward(p1, "1,000.") == 1.0 and t2.reward(p1, "100") == 0.0
@@ -81,12 +90,65 @@ def test_gsm8k_sample_and_reward(tmp_path) -> None:
 
 def test_gsm8k_rejects_bad_files(tmp_path) -> None:
     f = tmp_path / "bad.jsonl"
-    f.write_text('{"question": "q", "answer": "no final number"}\n')
+    for text, why in [
+        ('{"question": "q", "answer": "no final number"}\n', "no final number"),
+        ("", "no records"),
+        ('{"question": "q", "answer": "#### 1"}\nnot json\n', "line 2: not JSON"),
+        ('["q", "#### 1"]\n', "JSON object"),
+        ('{"question": 3, "answer": "#### 1"}\n', "string 'question'"),
+    ]:
+        f.write_text(text)
+        with pytest.raises(ValueError, match=why):
+            GSM8KTask(f, data_sha256=file_sha256(f))
+    with pytest.raises(ValueError, match="cannot read data file"):
+        GSM8KTask(tmp_path / "missing.jsonl", data_sha256="00" * 32)
+    f.write_bytes(b"\xff\xfe")
     with pytest.raises(ValueError):
-        GSM8KTask(f)
-    f.write_text("")
-    with pytest.raises(ValueError):
-        GSM8KTask(f)
+        GSM8KTask(f, data_sha256=file_sha256(f))
+
+
+def test_data_file_is_pinned_by_sha256(tmp_path) -> None:
+    import hashlib
+
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"question": "q", "answer": "#### 7"}\n')
+    h = file_sha256(f)
+    assert h == hashlib.sha256(f.read_bytes()).hexdigest()
+    assert get_task("gsm8k", path=str(f), data_sha256=h.upper()).data_sha256 == h
+    with pytest.raises(ValueError, match=f"needs data_sha256 \\(its hash is {h}\\)"):
+        get_task("gsm8k", path=str(f))  # a file nobody pinned is refused
+    f.write_text('{"question": "q", "answer": "#### 8"}\n')  # one byte changed
+    with pytest.raises(ValueError, match=f"has sha256 {file_sha256(f)}, the genesis pins {h}"):
+        get_task("gsm8k", path=str(f), data_sha256=h)
+    with pytest.raises(ValueError, match="64 hex"):
+        get_task("gsm8k", path=str(f), data_sha256="xyz")
+    sample = get_task("gsm8k")  # the packaged sample: checked too when a hash is given
+    assert get_task("gsm8k", data_sha256=sample.data_sha256).items == sample.items
+    with pytest.raises(ValueError, match="the genesis pins"):
+        get_task("gsm8k", data_sha256=h)
+
+
+def test_gsm8k_parquet_needs_pyarrow_or_reads_it(tmp_path) -> None:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        f = tmp_path / "d.parquet"
+        f.write_bytes(b"PAR1")
+        with pytest.raises(ValueError, match="needs pyarrow"):
+            get_task("gsm8k", path=f, data_sha256=file_sha256(f))
+        return
+    f = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"question": ["q1", "q2"], "answer": ["#### 3", "#### 4"]}), f)
+    t = get_task("gsm8k", path=f, data_sha256=file_sha256(f))
+    assert [a for _, a in t.items] == ["3", "4"]
+
+
+def test_gsm8k_unsupported_file_type(tmp_path) -> None:
+    f = tmp_path / "d.csv"
+    f.write_text("q,a\n")
+    with pytest.raises(ValueError, match=r"unsupported task file type '\.csv'"):
+        get_task("gsm8k", path=f, data_sha256=file_sha256(f))
 
 
 def test_unknown_task() -> None:
