@@ -16,6 +16,7 @@ class Limits:
     peer_msgs_per_s: float = 50.0  # gossip messages a single forwarder may send us (token bucket)
     peer_msg_burst: int = 200
     max_invalid_per_peer: int = 50  # invalid gossip messages before the forwarder is banned
+    ban_s: float = 900.0  # how long a ban lasts
     incoming_queue: int = 4096  # verified messages waiting for poll()
     publish_queue: int = 1024  # our envelopes waiting to be paced out
     publish_per_s: float = 100.0  # pacing of our own publishes (libp2p's peer queues are 32 deep)

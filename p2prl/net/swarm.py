@@ -27,6 +27,7 @@ from p2prl.net.config import NetConfig
 from p2prl.net.counters import Counters
 from p2prl.net.pacing import UploadPacer
 from p2prl.net.partial import PartialBlob, PartialStore
+from p2prl.net.refs import RefBook
 from p2prl.net.store import BlobStore, StoreError
 from p2prl.protocol.blobs import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, BlobRef
 
@@ -61,10 +62,14 @@ async def close_stream(stream: Any) -> None:
 class ChunkServer:
     """Answers HAVE and GET on the chunk protocol from the store and from partial downloads."""
 
-    def __init__(self, ctx: SwarmContext, store: BlobStore, partials: PartialStore) -> None:
+    def __init__(
+        self, ctx: SwarmContext, store: BlobStore, partials: PartialStore, refs: RefBook | None = None
+    ) -> None:
         self.ctx = ctx
         self.store = store
         self.partials = partials
+        self.refs = refs or RefBook(store)
+        self._hashing = trio.Lock()  # one on-demand ref computation at a time
         self._active = 0
         self._uploads: dict[tuple[str, int], tuple[int, float]] = {}
         rate = ctx.config.max_upload_bytes_per_s
@@ -94,12 +99,13 @@ class ChunkServer:
                 except (cp.ProtocolError, trio.TooSlowError):
                     break
                 try:
-                    op, blob_id, index, chunk_size = cp.decode_request(req)
+                    op, blob_id, digest, index, chunk_size = cp.decode_request(req)
                 except cp.ProtocolError as e:
                     log.warning("bad chunk request from %s: %s", peer[-8:], e)
                     await cp.write_all(stream, cp.encode_response_header(cp.BAD_REQUEST, 0), timeout)
                     break
-                status, payload = self.answer(op, blob_id, index, chunk_size)
+                await self._learn_ref(blob_id, digest, chunk_size)
+                status, payload = self.answer(op, blob_id, digest, index, chunk_size)
                 if status == cp.OK and op == cp.OP_GET and self.pacer is not None:
                     wait = self.pacer.reserve(len(payload))
                     if wait is None:  # our uplink is booked: let the downloader ask someone else
@@ -117,28 +123,33 @@ class ChunkServer:
             self._active -= 1
             await close_stream(stream)
 
-    def answer(self, op: int, blob_id: str, index: int, chunk_size: int) -> tuple[int, bytes]:
+    async def _learn_ref(self, blob_id: str, digest: str, chunk_size: int) -> None:
+        """A held blob asked for under a digest we do not know: compute our own ref of it once."""
+        if self.refs.get(digest) is not None or self.partials.get(digest) is not None:
+            return
+        if not self.refs.may_compute(blob_id, chunk_size):
+            return
+        async with self._hashing:
+            await trio.to_thread.run_sync(self.refs.compute, blob_id, chunk_size)
+
+    def answer(self, op: int, blob_id: str, digest: str, index: int, chunk_size: int) -> tuple[int, bytes]:
+        """Answer under the ref named by ``digest`` only: NOT_FOUND for a ref we do not hold."""
         if not MIN_CHUNK_SIZE <= chunk_size <= MAX_CHUNK_SIZE:
             return cp.BAD_REQUEST, b""
-        if self.store.has(blob_id):
-            try:
-                size = self.store.size(blob_id)
-            except StoreError:
-                return cp.NOT_FOUND, b""
-            n = max(1, -(-size // chunk_size))
+        ref = self.refs.get(digest)
+        if ref is not None and ref.id == blob_id and ref.chunk_size == chunk_size and self.store.has(blob_id):
             if op == cp.OP_HAVE:
-                return (cp.OK, cp.encode_bitmap([True] * n)) if n <= cp.MAX_CHUNKS else (cp.BAD_REQUEST, b"")
-            if index >= n:
+                return cp.OK, cp.encode_bitmap([True] * ref.n_chunks)
+            if index >= ref.n_chunks:
                 return cp.BAD_REQUEST, b""
             if self.ctx.config.superseed and not self._may_upload(blob_id, index):
                 return cp.BUSY, b""
-            off = index * chunk_size
             try:
-                return cp.OK, self.store.read_range(blob_id, off, min(chunk_size, size - off))
+                return cp.OK, self.store.read_range(blob_id, index * chunk_size, ref.chunk_len(index))
             except (StoreError, OSError):
                 return cp.NOT_FOUND, b""
-        part = self.partials.get(blob_id)
-        if part is None or part.ref.chunk_size != chunk_size:
+        part = self.partials.get(digest)
+        if part is None or part.ref.id != blob_id or part.ref.chunk_size != chunk_size:
             return cp.NOT_FOUND, b""
         if op == cp.OP_HAVE:
             return cp.OK, cp.encode_bitmap(list(part.have))
@@ -253,7 +264,7 @@ class Download:
         return min(cands, key=lambda i: (sum(1 for b in maps if b[i]), random.random()))
 
     async def _send(self, stream: Any, op: int, index: int) -> None:
-        req = cp.encode_request(op, self.ref.id, index, self.ref.chunk_size)
+        req = cp.encode_request(op, self.ref.id, self.ref.digest, index, self.ref.chunk_size)
         await cp.write_all(stream, req, self.ctx.config.stream_timeout_s)
 
     async def _response(self, stream: Any, op: int, index: int) -> tuple[int, bytes]:
