@@ -24,6 +24,8 @@ class Limits:
     replay_window_s: float = 600.0
     replay_capacity: int = 65536
     max_serving_streams: int = 64  # concurrent inbound chunk streams
+    max_streams_per_peer: int = 8  # of those, from one peer
+    evict_idle_s: float = 0.5  # all taken: a newcomer evicts the stream idle longest, if idle this long
     max_partial_bytes: int = 16 * 1024**3  # partial downloads kept on disk for resumption
     max_providers: int = 16  # peers one download pulls from at once
     pipeline_depth: int = 3  # chunk requests in flight per provider (stream)

@@ -59,6 +59,15 @@ async def close_stream(stream: Any) -> None:
             pass
 
 
+class _Slot:
+    """One inbound chunk stream: whose it is, since when it waits for a request, how to end it."""
+
+    def __init__(self, peer: str) -> None:
+        self.peer = peer
+        self.idle_since: float | None = None
+        self.scope = trio.CancelScope()
+
+
 class ChunkServer:
     """Answers HAVE and GET on the chunk protocol from the store and from partial downloads."""
 
@@ -70,7 +79,7 @@ class ChunkServer:
         self.partials = partials
         self.refs = refs or RefBook(store)
         self._hashing = trio.Lock()  # one on-demand ref computation at a time
-        self._active = 0
+        self._slots: set[_Slot] = set()
         self._uploads: dict[tuple[str, int], tuple[int, float]] = {}
         rate = ctx.config.max_upload_bytes_per_s
         self.pacer = UploadPacer(rate, max_wait_s=ctx.config.stream_timeout_s / 4) if rate > 0 else None
@@ -81,47 +90,75 @@ class ChunkServer:
             peer = stream.muxed_conn.peer_id.to_base58()
         except Exception:
             peer = "?"
-        limit = self.ctx.config.limits.max_serving_streams
-        if self.ctx.is_banned(peer) or self._active >= limit:
-            self.ctx.counters.add("serve.refused")
+        refusal = "serve.refused" if self.ctx.is_banned(peer) else self._admit(peer)
+        if refusal:
+            self.ctx.counters.add(refusal)
             with trio.move_on_after(1.0):
                 try:
                     await stream.reset()
                 except _STREAM_ERRORS:
                     pass
             return
-        self._active += 1
-        timeout = self.ctx.config.stream_timeout_s
+        slot = _Slot(peer)
+        self._slots.add(slot)
         try:
-            while not self.ctx.is_banned(peer):
-                try:
-                    req = await cp.read_exactly(stream, cp.REQUEST_BYTES, IDLE_STREAM_S)
-                except (cp.ProtocolError, trio.TooSlowError):
-                    break
-                try:
-                    op, blob_id, digest, index, chunk_size = cp.decode_request(req)
-                except cp.ProtocolError as e:
-                    log.warning("bad chunk request from %s: %s", peer[-8:], e)
-                    await cp.write_all(stream, cp.encode_response_header(cp.BAD_REQUEST, 0), timeout)
-                    break
-                await self._learn_ref(blob_id, digest, chunk_size)
-                status, payload = self.answer(op, blob_id, digest, index, chunk_size)
-                if status == cp.OK and op == cp.OP_GET and self.pacer is not None:
-                    wait = self.pacer.reserve(len(payload))
-                    if wait is None:  # our uplink is booked: let the downloader ask someone else
-                        self.ctx.counters.add("serve.rate_busy")
-                        status, payload = cp.BUSY, b""
-                    elif wait > 0:
-                        await trio.sleep(wait)
-                await cp.write_all(stream, cp.encode_response_header(status, len(payload)) + payload, timeout)
-                if status == cp.OK and op == cp.OP_GET:
-                    self.ctx.counters.add("bytes_up", len(payload))
-                    self.ctx.counters.add("chunks_up")
+            with slot.scope:
+                await self._serve(stream, slot)
         except _STREAM_ERRORS as e:
             log.debug("chunk stream from %s ended: %r", peer[-8:], e)
         finally:
-            self._active -= 1
+            self._slots.discard(slot)
             await close_stream(stream)
+
+    def _admit(self, peer: str) -> str:
+        """Room for one more stream from ``peer``? The refusal counter if not ("" = admitted).
+
+        One peer holds at most ``max_streams_per_peer`` slots; when every slot is taken, the stream
+        that has waited longest for its next request gives way (``serve.evicted_idle``), so peers
+        that keep slots open with a rare tiny request cannot lock out one that downloads."""
+        limits = self.ctx.config.limits
+        if sum(1 for s in self._slots if s.peer == peer) >= limits.max_streams_per_peer:
+            return "serve.refused_peer_cap"
+        if len(self._slots) < limits.max_serving_streams:
+            return ""
+        now = time.monotonic()
+        idle = [s for s in self._slots if s.idle_since is not None and now - s.idle_since >= limits.evict_idle_s]
+        if not idle:
+            return "serve.refused"
+        victim = min(idle, key=lambda s: s.idle_since or now)
+        victim.scope.cancel()
+        self._slots.discard(victim)
+        self.ctx.counters.add("serve.evicted_idle")
+        return ""
+
+    async def _serve(self, stream: Any, slot: _Slot) -> None:
+        timeout = self.ctx.config.stream_timeout_s
+        while not self.ctx.is_banned(slot.peer):
+            slot.idle_since = time.monotonic()
+            try:
+                req = await cp.read_exactly(stream, cp.REQUEST_BYTES, IDLE_STREAM_S)
+            except (cp.ProtocolError, trio.TooSlowError):
+                return
+            slot.idle_since = None
+            try:
+                op, blob_id, digest, index, chunk_size = cp.decode_request(req)
+            except cp.ProtocolError as e:
+                log.warning("bad chunk request from %s: %s", slot.peer[-8:], e)
+                await cp.write_all(stream, cp.encode_response_header(cp.BAD_REQUEST, 0), timeout)
+                return
+            await self._learn_ref(blob_id, digest, chunk_size)
+            status, payload = self.answer(op, blob_id, digest, index, chunk_size)
+            if status == cp.OK and op == cp.OP_GET and self.pacer is not None:
+                wait = self.pacer.reserve(len(payload))
+                if wait is None:  # our uplink is booked: let the downloader ask someone else
+                    self.ctx.counters.add("serve.rate_busy")
+                    status, payload = cp.BUSY, b""
+                elif wait > 0:
+                    await trio.sleep(wait)
+            await cp.write_all(stream, cp.encode_response_header(status, len(payload)) + payload, timeout)
+            if status == cp.OK and op == cp.OP_GET:
+                self.ctx.counters.add("bytes_up", len(payload))
+                self.ctx.counters.add("chunks_up")
 
     async def _learn_ref(self, blob_id: str, digest: str, chunk_size: int) -> None:
         """A held blob asked for under a digest we do not know: compute our own ref of it once."""
