@@ -122,7 +122,9 @@ class ChunkServer:
         if len(self._slots) < limits.max_serving_streams:
             return ""
         now = time.monotonic()
-        idle = [s for s in self._slots if s.idle_since is not None and now - s.idle_since >= limits.evict_idle_s]
+        idle = [
+            s for s in self._slots if s.idle_since is not None and now - s.idle_since >= limits.evict_idle_s
+        ]
         if not idle:
             return "serve.refused"
         victim = min(idle, key=lambda s: s.idle_since or now)
