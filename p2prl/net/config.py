@@ -38,6 +38,8 @@ class NetConfig:
     limits: Limits = field(default_factory=Limits)
     stream_timeout_s: float = 10.0  # every single stream operation (open, read, write)
     chunk_timeout_s: float = 10.0  # one chunk request, end to end
+    hint_grace_s: float = 2.0  # a provider that delivers no chunk this long gives its slot up
+    reserved_providers: list[str] = field(default_factory=list)  # always asked (the trainer's peer)
     s3_after_s: float = 3.0  # no peer progress for this long: take missing chunks from S3
     superseed: bool = False  # publishers: k-th upload of a chunk only k-1 cooldowns after the first
     superseed_cooldown_s: float = 10.0

@@ -18,6 +18,7 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -434,6 +435,13 @@ class P2PNode:
             while len(self._hints) > 4096:
                 self._hints.pop(next(iter(self._hints)))
 
+    def drop_hint(self, blob_id: str, peer_id: str) -> None:
+        """``peer_id`` claimed ``blob_id`` and did not deliver it: ask it last from now on."""
+        with self._cond:
+            peers = self._hints.get(blob_id)
+            if peers is not None and peer_id in peers:
+                peers.remove(peer_id)
+
     def providers(self, blob_id: str) -> list[str]:
         with self._cond:
             hinted = list(self._hints.get(blob_id, ()))
@@ -462,24 +470,33 @@ class P2PNode:
         s3: bool = True,
         max_bytes: int | None = None,
         keep_partial: bool = True,
+        prefer: Sequence[str] = (),
     ) -> Path:
         """Fetch, verify and store ``ref``; returns its path in the store. Raises FetchError.
 
         ``on_progress(done_bytes, total_bytes)`` runs on the network thread: keep it quick. ``s3``
         False keeps the download on peers (for blobs nobody mirrors, such as rollout batches).
         ``max_bytes`` refuses a larger ref before anything is allocated; ``keep_partial`` False
-        deletes the partial file of a failed download (rollouts: nobody resumes them).
+        deletes the partial file of a failed download (rollouts: nobody resumes them). ``prefer``
+        (the announcer) and ``config.reserved_providers`` (the trainer) always get a download slot.
         """
         if max_bytes is not None and ref.size > max_bytes:
             self.counters.add("fetch_refused.too_big")
             raise FetchError(f"blob {ref.id[:16]} of {ref.size} bytes exceeds the bound of {max_bytes}")
         if self.store.has(ref.id):
             return self.store.path(ref.id)
-        self._call(self._fetch, ref, timeout, on_progress, s3, keep_partial)
+        reserved = [*prefer, *self.config.reserved_providers]
+        self._call(self._fetch, ref, timeout, on_progress, s3, keep_partial, reserved)
         return self.store.path(ref.id)
 
     async def _fetch(
-        self, ref: BlobRef, timeout: float, on_progress: Any, s3: bool = True, keep_partial: bool = True
+        self,
+        ref: BlobRef,
+        timeout: float,
+        on_progress: Any,
+        s3: bool = True,
+        keep_partial: bool = True,
+        reserved: Sequence[str] = (),
     ) -> None:
         key = ref.digest
         running = self._downloads.get(key)
@@ -496,7 +513,8 @@ class P2PNode:
             t0 = time.monotonic()
             # opening may rescan a large partial file: never on this thread (gossip would freeze)
             part = await trio.to_thread.run_sync(self.partials.open, ref)
-            dl = Download(self, part, on_progress, use_s3=s3)
+            mine = [p for p in reserved if p != self.peer_id]
+            dl = Download(self, part, on_progress, use_s3=s3, reserved=mine)
             await dl.run(max(0.0, timeout - (time.monotonic() - t0)))
             await trio.to_thread.run_sync(self.partials.finish, ref)
             self.refs.add(ref)  # every chunk and the whole blob verified: we serve this ref now

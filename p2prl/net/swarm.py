@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import trio
@@ -47,6 +48,7 @@ class SwarmContext(Protocol):
 
     async def open_chunk_stream(self, peer: str) -> Any: ...
     def providers(self, blob_id: str) -> list[str]: ...
+    def drop_hint(self, blob_id: str, peer: str) -> None: ...
     def ban(self, peer: str, reason: str) -> None: ...
     def is_banned(self, peer: str) -> bool: ...
 
@@ -217,9 +219,11 @@ class Download:
         part: PartialBlob,
         on_progress: Callable[[int, int], None] | None = None,
         use_s3: bool = True,
+        reserved: Sequence[str] = (),
     ) -> None:
         self.ctx = ctx
         self.use_s3 = use_s3
+        self.reserved = tuple(dict.fromkeys(reserved))  # always get a worker, beyond max_providers
         self.part = part
         self.ref: BlobRef = part.ref
         self.on_progress = on_progress
@@ -229,6 +233,7 @@ class Download:
         self.workers: set[str] = set()
         self.busy: dict[tuple[str, int], float] = {}
         self.retry_after: dict[str, float] = {}
+        self.retired: dict[str, int] = {}  # peer -> times it was given a slot and delivered nothing
         self.last_peer_progress = time.monotonic()
         self.bytes_from: dict[str, int] = {}
         self.s3_backoff = 0.0
@@ -265,16 +270,33 @@ class Download:
             )
 
     async def _recruit(self, nursery: trio.Nursery) -> None:
+        """Give providers workers: the reserved ones (announcer, trainer) always, the others up to
+        ``max_providers``, those retired least often first, so peers that only claim to hold the
+        blob cannot keep the real holders waiting (docs/SECURITY.md, item 6)."""
+        limit = self.ctx.config.limits.max_providers
         while not self.done.is_set():
             now = time.monotonic()
-            for peer in self.ctx.providers(self.ref.id):
-                if len(self.workers) >= self.ctx.config.limits.max_providers:
-                    break
+            pool = [p for p in self.ctx.providers(self.ref.id) if p not in self.reserved]
+            pool.sort(key=lambda p: self.retired.get(p, 0))  # stable: hinted peers still first
+            for peer in [*self.reserved, *pool]:
                 if peer in self.workers or self.ctx.is_banned(peer) or self.retry_after.get(peer, 0) > now:
                     continue
+                if peer not in self.reserved and len(self.workers.difference(self.reserved)) >= limit:
+                    break
                 self.workers.add(peer)
                 nursery.start_soon(self._worker, peer)
             await trio.sleep(0.2)
+
+    def _offers(self, bitmap: list[bool] | None) -> bool:
+        return bitmap is not None and any(b and not h for b, h in zip(bitmap, self.part.have, strict=True))
+
+    def _retire(self, peer: str) -> None:
+        """``peer`` held a slot for ``hint_grace_s`` and delivered nothing: back off, forget its hint."""
+        n = self.retired.get(peer, 0) + 1
+        self.retired[peer] = n
+        self.retry_after[peer] = time.monotonic() + min(60.0, 5.0 * 2 ** (n - 1))
+        self.ctx.counters.add("providers_retired")
+        self.ctx.drop_hint(self.ref.id, peer)
 
     def _pick(self, peer: str, bitmap: list[bool]) -> int | None:
         now = time.monotonic()
@@ -324,8 +346,13 @@ class Download:
         bitmap: list[bool] | None = None
         pending: collections.deque[int] = collections.deque()
         depth = max(1, self.ctx.config.limits.pipeline_depth)
+        probation = time.monotonic() + self.ctx.config.hint_grace_s if peer not in self.reserved else math.inf
+        asked = False
         try:
             while not self.done.is_set():
+                if time.monotonic() > probation and (asked or not self._offers(bitmap)):
+                    self._retire(peer)  # asked and never delivered, or holds nothing we lack
+                    return
                 try:
                     if stream is None:
                         stream = await self.ctx.open_chunk_stream(peer)
@@ -344,6 +371,7 @@ class Download:
                             break
                         self.inflight.add(index)
                         pending.append(index)
+                        asked = True
                         await self._send(stream, cp.OP_GET, index)
                     if not pending:
                         await trio.sleep(idle)
@@ -364,6 +392,7 @@ class Download:
                             return
                         self.ctx.counters.add("bytes_down", len(data))
                         self.last_peer_progress = time.monotonic()
+                        probation = math.inf
                         self._progress(peer, len(data))
                     elif status == cp.BUSY:
                         self.busy[(peer, index)] = time.monotonic() + 0.25

@@ -21,6 +21,7 @@ from p2prl.net.store import BlobStore
 from p2prl.node.config import NodeConfig
 from p2prl.node.genesis import SignedGenesis, pin_genesis, read_genesis
 from p2prl.node.status import NodeStatus
+from p2prl.protocol.blobs import BlobRef
 from p2prl.protocol.messages import Genesis, Heartbeat, PatchManifest, Scores, Verdict, encode_message
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,20 @@ class NodeContext:
             return False
         return True
 
+    def fetch_rollouts(self, ref: BlobRef, announcer: str, timeout: float) -> Path:
+        """Fetch a rollout batch from peers: refused above the genesis batch bound before any byte is
+        allocated, the announcer always asked, a failed download's partial file deleted (nobody
+        resumes a rollout batch; a 16 GiB sparse file would evict resumable ones)."""
+        self.net.add_provider_hint(ref.id, announcer)
+        return self.net.fetch(
+            ref,
+            timeout=timeout,
+            s3=False,
+            max_bytes=rollout_blob_bound(self.g.generation),
+            keep_partial=False,
+            prefer=[announcer],
+        )
+
     def spawn(self, name: str, target: Callable[[], None]) -> threading.Thread:
         """Start a role thread that logs (and counts) a crash instead of dying silently, then stops the node."""
 
@@ -106,6 +121,27 @@ class NodeContext:
             t.join(max(0.1, deadline - time.monotonic()))
             if t.is_alive():
                 log.warning("thread %s did not stop in time", t.name)
+
+
+def rollout_blob_bound(generation: dict[str, Any]) -> int:
+    """The largest rollout batch blob an honest miner can make under genesis' generation settings.
+
+    The layout of p2prl/proof/batch.py, at its most: a 77-byte header; per group 16 bytes and at
+    most 4,096 prompt token ids of 4 bytes; per rollout 12 bytes and, per completion token, an id
+    (4), a behaviour logprob (4) and a sketch (SKETCH_DIM); capped at the decoder's 64 MiB bound,
+    plus zstd's worst-case growth of incompressible input.
+    """
+    from p2prl.proof.batch import MAGIC, BatchLimits
+    from p2prl.proof.fingerprint import SKETCH_DIM
+
+    lim = BatchLimits()
+    groups = min(int(generation.get("groups_per_batch", 8)), lim.max_groups)
+    per_group = min(int(generation.get("group_size", 8)), lim.max_rollouts_per_group)
+    tokens = min(int(generation.get("max_new_tokens", 8)), lim.max_completion_tokens)
+    rollout = 12 + tokens * (8 + SKETCH_DIM)
+    raw = 77 + groups * (16 + 4 * lim.max_prompt_tokens + per_group * rollout)
+    raw = min(raw, lim.max_decoded_bytes)
+    return len(MAGIC) + raw + raw // 128 + 1024
 
 
 def allowed_signers(sg: SignedGenesis) -> dict[str, set[bytes]]:
@@ -175,7 +211,14 @@ def net_config(cfg: NodeConfig, sg: SignedGenesis, identity: Identity) -> NetCon
         superseed_cooldown_s=cfg.superseed_s or 1.0,
         max_upload_bytes_per_s=cfg.max_upload_mb_s * 1e6,
         mdns=cfg.mdns,
+        reserved_providers=[_trainer_peer(sg)] if cfg.role != "trainer" else [],
     )
+
+
+def _trainer_peer(sg: SignedGenesis) -> str:
+    from p2prl.net.identity import peer_id_of_public_key
+
+    return peer_id_of_public_key(sg.trainer_key)
 
 
 def build_context(cfg: NodeConfig) -> NodeContext:

@@ -180,8 +180,7 @@ class Trainer:
                 ctx.status.incr_label("dropped", "stale_rollouts")
                 continue
             try:
-                ctx.net.add_provider_hint(ann.blob.id, origin)
-                ctx.net.fetch(ann.blob, timeout=min(ctx.config.fetch_timeout_s, 20.0), s3=False)
+                ctx.fetch_rollouts(ann.blob, origin, timeout=min(ctx.config.fetch_timeout_s, 20.0))
                 groups = batch_to_groups(ctx.store.get(ann.blob.id), accepted, miner, ann.version)
             except Exception as e:
                 ctx.status.incr_label("rollout_fetch_failed", type(e).__name__)
