@@ -8,6 +8,7 @@ the heartbeat loop tells peers which blobs this node can serve.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -165,11 +166,17 @@ def s3_config(cfg: NodeConfig, sg: SignedGenesis) -> Any:
         return None
     from p2prl.net.s3 import S3Config
 
+    endpoint = (cfg.s3_endpoint or str(g.get("endpoint") or "")) or None
+    # credentials sign only requests to the endpoint this node's operator named, never to one that
+    # only the genesis (whoever wrote it) names (docs/SECURITY.md, item 20)
+    sign = cfg.s3_sign and endpoint == (cfg.s3_endpoint or None)
     return S3Config(
         bucket=bucket,
-        endpoint_url=(cfg.s3_endpoint or str(g.get("endpoint") or "")) or None,
+        endpoint_url=endpoint,
         prefix=cfg.s3_prefix or str(g.get("prefix") or ""),
         region=cfg.s3_region or str(g.get("region") or "us-east-1"),
+        access_key_id=os.environ.get("AWS_ACCESS_KEY_ID") if sign else None,
+        secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY") if sign else None,
     )
 
 

@@ -144,6 +144,7 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
     ]
     if role == "trainer":
         args += ["--lr", str(opts.lr), "--train-batch-groups", str(opts.train_batch_groups)]
+        args += ["--s3-sign"]  # it writes the mirror; the others read it unsigned
         args += ["--checkpoint-every", str(opts.checkpoint_every), "--train-epochs", str(opts.train_epochs)]
         args += ["--min-publish-s", str(opts.min_publish_s)]
     if role == "miner":

@@ -35,14 +35,18 @@ def s3_endpoint() -> Iterator[str]:
 def s3_config(s3_endpoint: str) -> S3Config:
     import boto3
 
+    from p2prl.net.s3 import public_read_policy
+
     bucket = f"b-{uuid.uuid4().hex[:12]}"
-    boto3.client(
+    client = boto3.client(
         "s3",
         endpoint_url=s3_endpoint,
         region_name="us-east-1",
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
-    ).create_bucket(Bucket=bucket)
+    )
+    client.create_bucket(Bucket=bucket)
+    client.put_bucket_policy(Bucket=bucket, Policy=public_read_policy(bucket))
     return S3Config(
         bucket=bucket, endpoint_url=s3_endpoint, access_key_id="testing", secret_access_key="testing"
     )
