@@ -97,6 +97,13 @@ class NodeConfig:
         default=0.0, metadata={"help": "Cap on chunk bytes this node serves, in MB/s (0: no cap)."}
     )
     mdns: bool = field(default=False, metadata={"help": "Find peers on the local network by multicast DNS."})
+    local_network: bool = field(
+        default=False,
+        metadata={
+            "help": "Dial loopback, private and link-local addresses that peers announce (a network on one "
+            "machine or a LAN); off, only global addresses are dialled."
+        },
+    )
     superseed_s: float = field(
         default=1.0,
         metadata={

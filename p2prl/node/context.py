@@ -7,10 +7,12 @@ the heartbeat loop tells peers which blobs this node can serve.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -346,26 +348,48 @@ class Pump:
 
 class Dialer:
     """Connects to peers learned from heartbeats, so chunks flow directly between any two nodes
-    (gossip alone would only connect each node to its bootstrap peers). Bounded in peers and rate."""
+    (gossip alone would only connect each node to its bootstrap peers). Bounded in peers and rate.
+
+    The want-list is an LRU whose entries expire after ``WANT_TTL_S`` without a fresh heartbeat, so
+    Sybil heartbeats cannot fill it and lock real peers out; addresses that are not global
+    (loopback, private, link-local such as cloud metadata services) are dialled only when the node
+    is configured as part of a local network (``local_network``; docs/SECURITY.md, item 16)."""
 
     MAX_PEERS = 32
     RETRY_S = 30.0
+    WANT_TTL_S = 120.0
 
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx
-        self._want: dict[str, tuple[str, ...]] = {}
+        self._want: OrderedDict[str, tuple[float, tuple[str, ...]]] = OrderedDict()
         self._tried: dict[str, float] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self.local = bool(getattr(ctx.config, "local_network", False))
 
     def offer(self, peer_id: str, addrs: tuple[str, ...]) -> None:
         if peer_id == self.ctx.net.peer_id:
             return
+        usable = tuple(a for a in addrs if _dialable(a, self.local))[:4]
+        if not usable:
+            return
+        now = time.monotonic()
         with self._lock:
-            if peer_id not in self._want and len(self._want) >= 4 * self.MAX_PEERS:
-                return
-            self._want[peer_id] = tuple(a for a in addrs if _dialable(a))[:4]
+            self._want.pop(peer_id, None)
+            self._want[peer_id] = (now, usable)
+            self._expire(now)
+            while len(self._want) > 4 * self.MAX_PEERS:
+                self._want.popitem(last=False)
         self._wake.set()
+
+    def wanted(self) -> list[str]:
+        with self._lock:
+            self._expire(time.monotonic())
+            return list(self._want)
+
+    def _expire(self, now: float) -> None:
+        while self._want and now - next(iter(self._want.values()))[0] > self.WANT_TTL_S:
+            self._want.popitem(last=False)
 
     def run(self) -> None:
         ctx = self.ctx
@@ -377,7 +401,8 @@ class Dialer:
             except Exception:
                 continue
             with self._lock:
-                todo = [(p, a) for p, a in self._want.items() if p not in connected]
+                self._expire(time.monotonic())
+                todo = [(p, a) for p, (_, a) in reversed(self._want.items()) if p not in connected]
             now = time.monotonic()
             for peer_id, addrs in todo:
                 if ctx.stop.is_set() or len(connected) >= self.MAX_PEERS:
@@ -398,5 +423,23 @@ class Dialer:
                 self._tried.pop(next(iter(self._tried)))
 
 
-def _dialable(addr: str) -> bool:
-    return isinstance(addr, str) and addr.startswith(("/ip4/", "/ip6/", "/dns")) and "/0.0.0.0/" not in addr
+def _dialable(addr: str, local: bool = False) -> bool:
+    """A TCP multiaddr worth dialling: an IP address that is global (any IP when ``local``); a DNS
+    name only when ``local`` (what it resolves to is not ours to check)."""
+    if not isinstance(addr, str) or len(addr) > 256:
+        return False
+    parts = addr.split("/")
+    if len(parts) < 3 or parts[0] != "":
+        return False
+    proto, host = parts[1], parts[2]
+    if proto.startswith("dns"):
+        return local
+    if proto not in ("ip4", "ip6"):
+        return False
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if ip.is_unspecified or ip.is_multicast:
+        return False
+    return local or ip.is_global

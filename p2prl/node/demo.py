@@ -141,6 +141,7 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
         s3_endpoint,
         "--heartbeat-s",
         "2",
+        "--local-network",  # every node is on 127.0.0.1: dial loopback addresses
     ]
     if role == "trainer":
         args += ["--lr", str(opts.lr), "--train-batch-groups", str(opts.train_batch_groups)]
