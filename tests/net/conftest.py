@@ -7,15 +7,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
-from p2prl.crypto.keys import Identity
-from p2prl.net.config import NetConfig
-from p2prl.net.node import P2PNode
 from p2prl.net.s3 import S3Config
-from p2prl.net.store import BlobStore
 
 
 @pytest.fixture(scope="session")
@@ -50,21 +45,6 @@ def s3_config(s3_endpoint: str) -> S3Config:
     return S3Config(
         bucket=bucket, endpoint_url=s3_endpoint, access_key_id="testing", secret_access_key="testing"
     )
-
-
-@pytest.fixture
-def make_node(tmp_path: Path) -> Iterator:
-    nodes: list[P2PNode] = []
-
-    def make(name: str, network: str = "testnet", config: NetConfig | None = None) -> P2PNode:
-        n = P2PNode(Identity.generate(), network, BlobStore(tmp_path / name), config or NetConfig())
-        n.start()
-        nodes.append(n)
-        return n
-
-    yield make
-    for n in nodes:
-        n.stop()
 
 
 def _our_threads() -> set[int]:

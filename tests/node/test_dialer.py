@@ -8,29 +8,9 @@ import threading
 import time
 from types import SimpleNamespace
 
-import pytest
-
-from p2prl.crypto.keys import Identity
-from p2prl.net.node import P2PNode
-from p2prl.net.store import BlobStore
 from p2prl.node.config import NodeConfig
 from p2prl.node.context import Dialer
 from p2prl.node.status import NodeStatus
-
-
-@pytest.fixture
-def make_node(tmp_path):
-    nodes: list[P2PNode] = []
-
-    def make(name: str) -> P2PNode:
-        n = P2PNode(Identity.generate(), "testnet", BlobStore(tmp_path / name))
-        n.start()
-        nodes.append(n)
-        return n
-
-    yield make
-    for n in nodes:
-        n.stop()
 
 
 def dialer_for(net, **cfg: object) -> Dialer:
