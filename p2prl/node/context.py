@@ -220,14 +220,17 @@ def net_config(cfg: NodeConfig, sg: SignedGenesis, identity: Identity) -> NetCon
         superseed_cooldown_s=cfg.superseed_s or 1.0,
         max_upload_bytes_per_s=cfg.max_upload_mb_s * 1e6,
         mdns=cfg.mdns,
-        reserved_providers=[_trainer_peer(sg)] if cfg.role != "trainer" else [],
+        reserved_providers=_reserved_providers(sg, identity),
     )
 
 
-def _trainer_peer(sg: SignedGenesis) -> str:
+def _reserved_providers(sg: SignedGenesis, identity: Identity) -> list[str]:
+    """The peers every download asks, whatever else claims a blob: the trainer (it holds every patch)
+    and the genesis validators (they hold every rollout batch they judged and every patch)."""
     from p2prl.net.identity import peer_id_of_public_key
 
-    return peer_id_of_public_key(sg.trainer_key)
+    keys = [sg.trainer_key, *sg.validator_keys]
+    return [peer_id_of_public_key(k) for k in dict.fromkeys(keys) if k != identity.public_key]
 
 
 def build_context(cfg: NodeConfig) -> NodeContext:

@@ -1,4 +1,4 @@
-"""Fixtures: a real S3 endpoint (moto's threaded HTTP server on 127.0.0.1) and node factories."""
+"""Fixtures: a real S3 endpoint (moto's threaded HTTP server on 127.0.0.1) and a thread-leak check."""
 
 from __future__ import annotations
 
