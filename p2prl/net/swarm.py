@@ -234,6 +234,7 @@ class Download:
         self.busy: dict[tuple[str, int], float] = {}
         self.retry_after: dict[str, float] = {}
         self.retired: dict[str, int] = {}  # peer -> times it was given a slot and delivered nothing
+        self.crowded = False  # every provider slot taken and another provider waiting
         self.last_peer_progress = time.monotonic()
         self.bytes_from: dict[str, int] = {}
         self.s3_backoff = 0.0
@@ -278,10 +279,12 @@ class Download:
             now = time.monotonic()
             pool = [p for p in self.ctx.providers(self.ref.id) if p not in self.reserved]
             pool.sort(key=lambda p: self.retired.get(p, 0))  # stable: hinted peers still first
+            self.crowded = False
             for peer in [*self.reserved, *pool]:
                 if peer in self.workers or self.ctx.is_banned(peer) or self.retry_after.get(peer, 0) > now:
                     continue
                 if peer not in self.reserved and len(self.workers.difference(self.reserved)) >= limit:
+                    self.crowded = True  # a provider waits for a slot: idle holders should give theirs up
                     break
                 self.workers.add(peer)
                 nursery.start_soon(self._worker, peer)
@@ -348,11 +351,12 @@ class Download:
         depth = max(1, self.ctx.config.limits.pipeline_depth)
         probation = time.monotonic() + self.ctx.config.hint_grace_s if peer not in self.reserved else math.inf
         asked = False
+        useful = False  # its last bitmap held a chunk we lack
         try:
             while not self.done.is_set():
-                if time.monotonic() > probation and (asked or not self._offers(bitmap)):
-                    self._retire(peer)  # asked and never delivered, or holds nothing we lack
-                    return
+                if time.monotonic() > probation and (asked or (self.crowded and not useful)):
+                    self._retire(peer)  # asked and never delivered, or holds nothing we lack while
+                    return  # another provider waits for its slot
                 try:
                     if stream is None:
                         stream = await self.ctx.open_chunk_stream(peer)
@@ -365,6 +369,7 @@ class Download:
                             else [False] * self.ref.n_chunks
                         )
                         self.bitmaps[peer] = bitmap
+                        useful = self._offers(bitmap)
                     while bitmap is not None and len(pending) < depth:
                         index = self._pick(peer, bitmap)
                         if index is None:
