@@ -16,50 +16,58 @@ from collections import OrderedDict
 from p2prl.net.store import BlobStore, StoreError
 from p2prl.protocol.blobs import MAX_CHUNK_SIZE, MAX_CHUNKS, MIN_CHUNK_SIZE, BlobRef, chunk_spans
 
-COMPUTES_PER_BLOB = 2  # chunk sizes a peer may make us hash one forgotten blob at
+COMPUTES_PER_BLOB = 4  # times a peer may make us hash one held blob whose ref we do not know
 
 
 class RefBook:
-    """Bounded map digest -> ref, plus the bounded on-demand computation for forgotten blobs."""
+    """Bounded map digest -> ref, plus the bounded on-demand computation for forgotten blobs.
 
-    def __init__(self, store: BlobStore, capacity: int = 8192) -> None:
+    Only refs of blobs we hold or fetched enter it (never a peer's unverified ref), and at most
+    ``capacity`` of them, least recently added dropped first."""
+
+    def __init__(self, store: BlobStore, capacity: int = 1024) -> None:
         self.store = store
         self.capacity = capacity
         self._lock = threading.Lock()
         self._refs: OrderedDict[str, BlobRef] = OrderedDict()
-        self._ids: OrderedDict[str, set[int]] = OrderedDict()  # blob id -> chunk sizes known or tried
+        self._sizes: dict[str, set[int]] = {}  # blob id -> chunk sizes of the refs held now
+        self._computed: OrderedDict[str, int] = OrderedDict()  # blob id -> computations so far
 
     def add(self, ref: BlobRef) -> None:
         with self._lock:
             self._refs[ref.digest] = ref
             self._refs.move_to_end(ref.digest)
-            self._note(ref.id, ref.chunk_size)
+            self._sizes.setdefault(ref.id, set()).add(ref.chunk_size)
             while len(self._refs) > self.capacity:
-                self._refs.popitem(last=False)
+                _, old = self._refs.popitem(last=False)
+                sizes = self._sizes.get(old.id, set())
+                sizes.discard(old.chunk_size)
+                if not sizes:
+                    self._sizes.pop(old.id, None)
 
     def get(self, digest: str) -> BlobRef | None:
         with self._lock:
             return self._refs.get(digest)
 
-    def _note(self, blob_id: str, chunk_size: int) -> None:
-        self._ids.setdefault(blob_id, set()).add(chunk_size)
-        self._ids.move_to_end(blob_id)
-        while len(self._ids) > self.capacity:
-            self._ids.popitem(last=False)
-
     def may_compute(self, blob_id: str, chunk_size: int) -> bool:
-        """A held blob with no ref known at this chunk size, and few sizes tried: worth one hash."""
+        """A held blob with no ref known at this chunk size, not hashed too often: worth one hash."""
         if not MIN_CHUNK_SIZE <= chunk_size <= MAX_CHUNK_SIZE or not self.store.has(blob_id):
             return False
         with self._lock:
             return self._may(blob_id, chunk_size)
+
+    def _may(self, blob_id: str, chunk_size: int) -> bool:
+        known = chunk_size in self._sizes.get(blob_id, ())
+        return not known and self._computed.get(blob_id, 0) < COMPUTES_PER_BLOB
 
     def compute(self, blob_id: str, chunk_size: int) -> BlobRef | None:
         """Hash our own copy of ``blob_id`` at ``chunk_size`` and register that ref (blocking)."""
         with self._lock:
             if not self._may(blob_id, chunk_size):
                 return None
-            self._note(blob_id, chunk_size)
+            self._computed[blob_id] = self._computed.pop(blob_id, 0) + 1
+            while len(self._computed) > 4 * self.capacity:
+                self._computed.popitem(last=False)
         try:
             size = self.store.size(blob_id)
             n = max(1, -(-size // chunk_size))
@@ -75,7 +83,3 @@ class RefBook:
         ref = BlobRef(blob_id, size, chunk_size, tuple(chunks))
         self.add(ref)
         return ref
-
-    def _may(self, blob_id: str, chunk_size: int) -> bool:
-        tried = self._ids.get(blob_id, set())
-        return chunk_size not in tried and len(tried) < COMPUTES_PER_BLOB

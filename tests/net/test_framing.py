@@ -45,3 +45,24 @@ def test_bans_expire(make_node) -> None:
     time.sleep(1.2)
     assert not victim.is_banned(holder.peer_id)
     assert victim.fetch(ref, timeout=30, s3=False).read_bytes() == data
+
+
+def test_forgotten_ref_of_a_held_blob_is_served_again(tmp_path) -> None:
+    """After a restart (or an evicted ref) a node computes its own ref of a blob it holds, once."""
+    from p2prl.net.refs import RefBook
+    from p2prl.net.store import BlobStore
+
+    store = BlobStore(tmp_path / "s")
+    data = blob_bytes(8, 3 * CH)
+    refs = [blob_ref_for(data, CH), blob_ref_for(blob_bytes(9, CH), CH)]
+    store.put(data)
+    book = RefBook(store, capacity=1)
+    book.add(refs[0])
+    book.add(refs[1])  # evicts the first
+    assert book.get(refs[0].digest) is None
+    assert book.may_compute(refs[0].id, CH)
+    assert book.compute(refs[0].id, CH) == refs[0]
+    assert not book.may_compute(refs[0].id, CH)  # known now
+    for k in (2, 3, 4):  # other chunk sizes, a bounded number of times
+        assert book.compute(refs[0].id, k * CH) is not None
+    assert not book.may_compute(refs[0].id, 5 * CH)
