@@ -13,6 +13,7 @@ from typing import Any
 
 MAX_DEPTH = 16
 INT_BOUND = 2**63
+_INT_DIGITS = len(str(INT_BOUND))  # 19: a longer decimal literal cannot be in range
 
 
 class CanonicalError(ValueError):
@@ -69,16 +70,29 @@ def canonical_loads(data: bytes, *, max_bytes: int | None = None) -> Any:
     if max_bytes is not None and len(data) > max_bytes:
         raise CanonicalError(f"{len(data)} bytes exceeds the {max_bytes}-byte limit")
     try:
-        value = json.loads(data.decode("ascii"), parse_float=_reject_float, parse_constant=_reject_float)
+        value = json.loads(
+            data.decode("ascii"),
+            parse_float=_reject_float,
+            parse_constant=_reject_float,
+            parse_int=_parse_int,
+        )
     except RecursionError as e:
         raise CanonicalError("nesting too deep") from e
     except CanonicalError:
         raise
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, and any conversion limit
         raise CanonicalError(f"not canonical JSON: {e}") from e
     if canonical_bytes(value) != data:
         raise CanonicalError("bytes are not in canonical form")
     return value
+
+
+def _parse_int(s: str) -> int:
+    # checked on the digits, before int(): a 5,000-digit literal would otherwise raise Python's
+    # conversion-limit ValueError (or, below it, cost quadratic time) instead of a reason code
+    if len(s.lstrip("-")) > _INT_DIGITS:
+        raise CanonicalError(f"integer of {len(s)} characters is out of 64-bit range")
+    return int(s)
 
 
 def _reject_float(s: str) -> Any:

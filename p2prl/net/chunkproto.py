@@ -1,13 +1,17 @@
-"""Wire format of the chunk protocol (``/p2prl/chunk/1.0.0``) and bounded, timed stream I/O.
+"""Wire format of the chunk protocol (``/p2prl/chunk/2.0.0``) and bounded, timed stream I/O.
 
 One stream carries a sequence of request/response pairs (opening a stream per chunk costs a
 multistream negotiation each time). All integers are big-endian::
 
-    request   op u8 | blob id 32 (raw sha256) | index u32 | chunk size u32     (41 bytes)
+    request   op u8 | blob id 32 (raw sha256) | ref digest 32 | index u32 | chunk size u32   (73 bytes)
     response  status u8 | length u32 | payload (length bytes)
 
     op      1 = HAVE (index ignored), 2 = GET chunk ``index``; the chunk size comes from the
             requester's signed BlobRef, so any node can serve a stored blob without its manifest
+    digest  sha256 of the canonical BlobRef the requester verifies against (``BlobRef.digest``): a
+            node answers only for a ref it holds under that digest (NOT_FOUND otherwise), so the
+            bytes it sends match the chunk hashes the requester checks, and a mismatch is the
+            provider's own lie, never a forged ref's doing
     status  0 = OK, 1 = NOT_FOUND, 2 = BUSY (ask again later or elsewhere), 3 = BAD_REQUEST
     payload GET/OK: the chunk bytes; HAVE/OK: n_chunks u32 | bitmap ceil(n/8) bytes
             (chunk i is bit i % 8, least significant first, of byte i // 8); otherwise empty.
@@ -25,15 +29,15 @@ import trio
 
 from p2prl.protocol.blobs import MAX_CHUNK_SIZE, MAX_CHUNKS
 
-PROTOCOL_ID = "/p2prl/chunk/1.0.0"
+PROTOCOL_ID = "/p2prl/chunk/2.0.0"
 OP_HAVE = 1
 OP_GET = 2
 OK = 0
 NOT_FOUND = 1
 BUSY = 2
 BAD_REQUEST = 3
-REQUEST_BYTES = 41
-_REQ = struct.Struct(">B32sII")
+REQUEST_BYTES = 73
+_REQ = struct.Struct(">B32s32sII")
 _RESP = struct.Struct(">BI")
 MAX_HAVE_PAYLOAD = 4 + (MAX_CHUNKS + 7) // 8
 MAX_PAYLOAD = max(MAX_CHUNK_SIZE, MAX_HAVE_PAYLOAD)
@@ -43,17 +47,18 @@ class ProtocolError(Exception):
     """The remote side broke the protocol (bad framing, length out of bounds, early EOF)."""
 
 
-def encode_request(op: int, blob_id: str, index: int, chunk_size: int) -> bytes:
-    return _REQ.pack(op, bytes.fromhex(blob_id), index, chunk_size)
+def encode_request(op: int, blob_id: str, digest: str, index: int, chunk_size: int) -> bytes:
+    return _REQ.pack(op, bytes.fromhex(blob_id), bytes.fromhex(digest), index, chunk_size)
 
 
-def decode_request(data: bytes) -> tuple[int, str, int, int]:
+def decode_request(data: bytes) -> tuple[int, str, str, int, int]:
+    """(op, blob id, ref digest, index, chunk size)."""
     if len(data) != REQUEST_BYTES:
         raise ProtocolError(f"request of {len(data)} bytes")
-    op, raw_id, index, chunk_size = _REQ.unpack(data)
+    op, raw_id, raw_digest, index, chunk_size = _REQ.unpack(data)
     if op not in (OP_HAVE, OP_GET):
         raise ProtocolError(f"unknown op {op}")
-    return op, raw_id.hex(), index, chunk_size
+    return op, raw_id.hex(), raw_digest.hex(), index, chunk_size
 
 
 def encode_response_header(status: int, length: int) -> bytes:

@@ -16,6 +16,7 @@ class Limits:
     peer_msgs_per_s: float = 50.0  # gossip messages a single forwarder may send us (token bucket)
     peer_msg_burst: int = 200
     max_invalid_per_peer: int = 50  # invalid gossip messages before the forwarder is banned
+    ban_s: float = 900.0  # how long a ban lasts
     incoming_queue: int = 4096  # verified messages waiting for poll()
     publish_queue: int = 1024  # our envelopes waiting to be paced out
     publish_per_s: float = 100.0  # pacing of our own publishes (libp2p's peer queues are 32 deep)
@@ -23,6 +24,8 @@ class Limits:
     replay_window_s: float = 600.0
     replay_capacity: int = 65536
     max_serving_streams: int = 64  # concurrent inbound chunk streams
+    max_streams_per_peer: int = 8  # of those, from one peer
+    evict_idle_s: float = 0.5  # all taken: a newcomer evicts the stream idle longest, if idle this long
     max_partial_bytes: int = 16 * 1024**3  # partial downloads kept on disk for resumption
     max_providers: int = 16  # peers one download pulls from at once
     pipeline_depth: int = 3  # chunk requests in flight per provider (stream)
@@ -35,6 +38,8 @@ class NetConfig:
     limits: Limits = field(default_factory=Limits)
     stream_timeout_s: float = 10.0  # every single stream operation (open, read, write)
     chunk_timeout_s: float = 10.0  # one chunk request, end to end
+    hint_grace_s: float = 2.0  # a provider that delivers no chunk this long gives its slot up
+    reserved_providers: list[str] = field(default_factory=list)  # always asked (the trainer's peer)
     s3_after_s: float = 3.0  # no peer progress for this long: take missing chunks from S3
     superseed: bool = False  # publishers: k-th upload of a chunk only k-1 cooldowns after the first
     superseed_cooldown_s: float = 10.0

@@ -20,6 +20,14 @@ def peer_id_for(identity: Identity) -> str:
     return ID.from_pubkey(libp2p_key_pair(identity).public_key).to_base58()
 
 
+def peer_id_of_public_key(public_key: bytes) -> str:
+    """Base58 peer id of a raw Ed25519 public key (another node's, e.g. the trainer's from genesis)."""
+    from libp2p.crypto.ed25519 import Ed25519PublicKey
+    from libp2p.peer.id import ID
+
+    return ID.from_pubkey(Ed25519PublicKey.from_bytes(public_key)).to_base58()
+
+
 def public_key_of_peer_id(peer_id: str) -> bytes | None:
     """The Ed25519 public key inlined in an identity-multihash peer id, or None."""
     from libp2p.crypto.serialization import deserialize_public_key

@@ -18,6 +18,7 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,14 @@ import trio
 from p2prl.crypto.envelope import EnvelopeError
 from p2prl.crypto.keys import Identity
 from p2prl.net import chunkproto as cp
+from p2prl.net.bans import BanList
 from p2prl.net.config import NetConfig
 from p2prl.net.counters import Counters
 from p2prl.net.gossip import GossipFilter, Incoming
 from p2prl.net.identity import libp2p_key_pair, peer_id_for
 from p2prl.net.liveness import ConnectionWatch
 from p2prl.net.partial import PartialStore
+from p2prl.net.refs import RefBook
 from p2prl.net.store import BlobStore
 from p2prl.net.swarm import ChunkServer, Download, FetchError
 from p2prl.net.topics import TOPIC_TYPES, kind_of
@@ -78,7 +81,8 @@ class P2PNode:
         self._cond = threading.Condition()
         self._hints: dict[str, list[str]] = {}
         self._topics: set[str] = set()
-        self._banned: set[str] = set()
+        self._banned = BanList(self.config.limits.ban_s)
+        self.refs = RefBook(store)
         self._downloads: dict[str, tuple[trio.Event, list[BaseException]]] = {}
         self._filter = GossipFilter(
             network_id,
@@ -88,7 +92,7 @@ class P2PNode:
             self.ban,
             self.config.allowed_signers,
         )
-        self._filter.banned = self._banned
+        self._filter.banned = self._banned  # type: ignore[assignment]
         self._thread: threading.Thread | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._ready = threading.Event()
@@ -180,7 +184,7 @@ class P2PNode:
         )
         pubsub = Pubsub(host, router, strict_signing=True)
         self._host, self._pubsub = host, pubsub
-        self._server = ChunkServer(self, self.store, self.partials)
+        self._server = ChunkServer(self, self.store, self.partials, self.refs)
         watch = ConnectionWatch(host, pubsub, self.counters)
         host.get_network().register_notifee(watch)
         host.set_stream_handler(cp.PROTOCOL_ID, self._server.handle)
@@ -201,6 +205,7 @@ class P2PNode:
                     for t in list(self._topics):
                         await self._subscribe(t)
                     nursery.start_soon(self._bootstrap_loop)
+                    nursery.start_soon(self._unban_loop)
                     self._ready.set()
                     await self._stop.wait()
                     nursery.cancel_scope.cancel()
@@ -291,14 +296,14 @@ class P2PNode:
         return sorted(out, key=lambda p: (not p.connected, p.peer_id))
 
     def ban(self, peer: str, reason: str) -> None:
-        """Cut a peer off: no gossip from it, no chunk streams to or from it (trio thread)."""
+        """Cut a peer off for ``limits.ban_s``: no gossip from it, no chunk streams (trio thread)."""
         if peer in self._banned or peer == self.peer_id:
             return
         from libp2p.peer.id import ID
 
         self._banned.add(peer)
         self.counters.add("bans")
-        log.warning("banned peer %s: %s", peer, reason)
+        log.warning("banned peer %s for %.0f s: %s", peer, self._banned.ban_s, reason)
         if self._pubsub is not None:
             try:
                 self._pubsub.add_to_blacklist(ID.from_base58(peer))
@@ -307,6 +312,18 @@ class P2PNode:
 
     def is_banned(self, peer: str) -> bool:
         return peer in self._banned
+
+    async def _unban_loop(self) -> None:
+        from libp2p.peer.id import ID
+
+        while True:
+            await trio.sleep(1.0)
+            for peer in self._banned.expired():
+                log.info("ban of %s expired", peer)
+                try:
+                    self._pubsub.remove_from_blacklist(ID.from_base58(peer))
+                except Exception as e:
+                    log.debug("unblacklisting %s: %r", peer, e)
 
     # ---------------------------------------------------------------- gossip
 
@@ -418,6 +435,13 @@ class P2PNode:
             while len(self._hints) > 4096:
                 self._hints.pop(next(iter(self._hints)))
 
+    def drop_hint(self, blob_id: str, peer_id: str) -> None:
+        """``peer_id`` claimed ``blob_id`` and did not deliver it: ask it last from now on."""
+        with self._cond:
+            peers = self._hints.get(blob_id)
+            if peers is not None and peer_id in peers:
+                peers.remove(peer_id)
+
     def providers(self, blob_id: str) -> list[str]:
         with self._cond:
             hinted = list(self._hints.get(blob_id, ()))
@@ -431,23 +455,51 @@ class P2PNode:
             return await self._host.new_stream(ID.from_base58(peer), [cp.PROTOCOL_ID])
 
     def serve(self, ref: BlobRef) -> None:
-        """Announce-side: we hold ``ref`` complete; peers may fetch any chunk of it from us."""
+        """Announce-side: we hold ``ref`` complete; peers may fetch any chunk of it from us.
+
+        ``ref`` must be one we made from our own bytes: we answer requests for its digest."""
         if not self.store.has(ref.id):
             raise FileNotFoundError(f"blob {ref.id[:16]} is not in the store")
+        self.refs.add(ref)
 
-    def fetch(self, ref: BlobRef, timeout: float = 300.0, on_progress: Any = None, s3: bool = True) -> Path:
+    def fetch(
+        self,
+        ref: BlobRef,
+        timeout: float = 300.0,
+        on_progress: Any = None,
+        s3: bool = True,
+        max_bytes: int | None = None,
+        keep_partial: bool = True,
+        prefer: Sequence[str] = (),
+    ) -> Path:
         """Fetch, verify and store ``ref``; returns its path in the store. Raises FetchError.
 
         ``on_progress(done_bytes, total_bytes)`` runs on the network thread: keep it quick. ``s3``
         False keeps the download on peers (for blobs nobody mirrors, such as rollout batches).
+        ``max_bytes`` refuses a larger ref before anything is allocated; ``keep_partial`` False
+        deletes the partial file of a failed download (rollouts: nobody resumes them). ``prefer``
+        (the announcer) and ``config.reserved_providers`` (the trainer) always get a download slot.
         """
+        if max_bytes is not None and ref.size > max_bytes:
+            self.counters.add("fetch_refused.too_big")
+            raise FetchError(f"blob {ref.id[:16]} of {ref.size} bytes exceeds the bound of {max_bytes}")
         if self.store.has(ref.id):
             return self.store.path(ref.id)
-        self._call(self._fetch, ref, timeout, on_progress, s3)
+        reserved = [*prefer, *self.config.reserved_providers]
+        self._call(self._fetch, ref, timeout, on_progress, s3, keep_partial, reserved)
         return self.store.path(ref.id)
 
-    async def _fetch(self, ref: BlobRef, timeout: float, on_progress: Any, s3: bool = True) -> None:
-        running = self._downloads.get(ref.id)
+    async def _fetch(
+        self,
+        ref: BlobRef,
+        timeout: float,
+        on_progress: Any,
+        s3: bool = True,
+        keep_partial: bool = True,
+        reserved: Sequence[str] = (),
+    ) -> None:
+        key = ref.digest
+        running = self._downloads.get(key)
         if running is not None:
             ev, errs = running
             with trio.fail_after(timeout):
@@ -456,13 +508,16 @@ class P2PNode:
                 raise FetchError(str(errs[0]))
             return
         ev, errs = trio.Event(), []
-        self._downloads[ref.id] = (ev, errs)
+        self._downloads[key] = (ev, errs)
         try:
-            part = self.partials.open(ref)
             t0 = time.monotonic()
-            dl = Download(self, part, on_progress, use_s3=s3)
-            await dl.run(timeout)
+            # opening may rescan a large partial file: never on this thread (gossip would freeze)
+            part = await trio.to_thread.run_sync(self.partials.open, ref)
+            mine = [p for p in reserved if p != self.peer_id]
+            dl = Download(self, part, on_progress, use_s3=s3, reserved=mine)
+            await dl.run(max(0.0, timeout - (time.monotonic() - t0)))
             await trio.to_thread.run_sync(self.partials.finish, ref)
+            self.refs.add(ref)  # every chunk and the whole blob verified: we serve this ref now
             self.counters.add("blobs_fetched")
             log.info(
                 "fetched %s (%d bytes) in %.2f s from %s",
@@ -473,10 +528,10 @@ class P2PNode:
             )
         except BaseException as e:
             errs.append(e)
-            self.partials.release(ref.id)
+            self.partials.release(ref, keep=keep_partial)
             raise
         finally:
-            del self._downloads[ref.id]
+            del self._downloads[key]
             ev.set()
 
     def stats(self) -> dict[str, int]:

@@ -1,6 +1,8 @@
 """Partial downloads on disk: verified chunks survive an interruption and are served at once.
 
-A partial blob is a sparse file ``<store root>/partial/<id>.part`` of the blob's full size. A chunk
+A partial blob is a sparse file ``<store root>/partial/<ref digest>.part`` of the blob's full size:
+keyed by the digest of the whole ref, not the blob id, so a forged ref reusing an honest blob's id
+neither finds nor truncates the honest download's file. A chunk
 is written only after it hashed right, so on resume every chunk region is simply re-hashed: what
 matches the signed chunk list is kept, the rest is fetched again (no separate bitmap to go stale).
 The total size of partial files is bounded; the least recently touched are dropped first.
@@ -89,29 +91,33 @@ class PartialStore:
         self._lock = threading.Lock()
         self._open: dict[str, PartialBlob] = {}
 
-    def get(self, blob_id: str) -> PartialBlob | None:
+    def get(self, digest: str) -> PartialBlob | None:
         with self._lock:
-            return self._open.get(blob_id)
+            return self._open.get(digest)
+
+    def path(self, ref: BlobRef) -> Path:
+        return self.dir / f"{ref.digest}.part"
 
     def open(self, ref: BlobRef) -> PartialBlob:
+        """Open (creating or rescanning) the partial of ``ref``; blocking: keep it off the network thread."""
         with self._lock:
-            p = self._open.get(ref.id)
+            p = self._open.get(ref.digest)
             if p is not None:
                 return p
             if ref.size > self.max_bytes:
                 raise ValueError(f"blob of {ref.size} bytes exceeds the partial-download bound")
             self._make_room(ref)
-            p = PartialBlob(ref, self.dir / f"{ref.id}.part")
-            self._open[ref.id] = p
+            p = PartialBlob(ref, self.path(ref))
+            self._open[ref.digest] = p
             return p
 
     def _make_room(self, ref: BlobRef) -> None:
         files = sorted(self.dir.glob("*.part"), key=lambda q: q.stat().st_mtime)
-        used = sum(q.stat().st_size for q in files if q.stem != ref.id)
+        used = sum(q.stat().st_size for q in files if q.stem != ref.digest)
         for q in files:
             if used + ref.size <= self.max_bytes:
                 break
-            if q.stem == ref.id or q.stem in self._open:
+            if q.stem == ref.digest or q.stem in self._open:
                 continue
             used -= q.stat().st_size
             q.unlink(missing_ok=True)
@@ -120,14 +126,16 @@ class PartialStore:
     def finish(self, ref: BlobRef) -> str:
         """Move a complete partial into the blob store (hash-checked there); returns the id."""
         with self._lock:
-            p = self._open.pop(ref.id, None)
+            p = self._open.pop(ref.digest, None)
         if p is not None:
             p.close()
-        return self.store.put_file(self.dir / f"{ref.id}.part", expected_id=ref.id)
+        return self.store.put_file(self.path(ref), expected_id=ref.id)
 
-    def release(self, blob_id: str) -> None:
-        """Stop tracking an unfinished download; its file stays for a later resume."""
+    def release(self, ref: BlobRef, keep: bool = True) -> None:
+        """Stop tracking an unfinished download; its file stays for a later resume if ``keep``."""
         with self._lock:
-            p = self._open.pop(blob_id, None)
+            p = self._open.pop(ref.digest, None)
         if p is not None:
             p.close()
+        if not keep:
+            self.path(ref).unlink(missing_ok=True)

@@ -63,8 +63,8 @@ def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, 
         assert server is not None
         answer = server.answer
 
-        def hostile(op: int, blob_id: str, index: int, chunk_size: int) -> tuple[int, bytes]:
-            status, payload = answer(op, blob_id, index, chunk_size)
+        def hostile(op: int, blob_id: str, digest: str, index: int, chunk_size: int) -> tuple[int, bytes]:
+            status, payload = answer(op, blob_id, digest, index, chunk_size)
             if op == cp.OP_GET and status == cp.OK:
                 if behaviour == "corrupt" and payload:
                     payload = bytes([payload[0] ^ 0xFF]) + payload[1:]

@@ -12,7 +12,6 @@ transport runs them on worker threads).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,32 @@ class S3Config:
     endpoint_url: str | None = None  # None = AWS; set for R2, MinIO, a local test server
     prefix: str = ""
     region: str = "us-east-1"
-    access_key_id: str | None = None  # None = boto3's usual chain (env AWS_ACCESS_KEY_ID, ...)
+    # None: requests go unsigned (public reads). Never taken from the environment here: a genesis
+    # names the endpoint, and a volunteer's credentials must not sign requests to wherever it says
+    access_key_id: str | None = None
     secret_access_key: str | None = None
     connect_timeout_s: float = 3.0
     read_timeout_s: float = 20.0
     retries: int = 2
+
+
+def public_read_policy(bucket: str) -> str:
+    """A bucket policy that lets anyone read and list (nodes read unsigned; only the trainer writes)."""
+    import json
+
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": "*",
+                    "Action": ["s3:GetObject", "s3:ListBucket"],
+                    "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
+                }
+            ],
+        }
+    )
 
 
 class S3Error(Exception):
@@ -42,21 +62,27 @@ def _version_key(version: int) -> str:
 class S3Mirror:
     def __init__(self, config: S3Config, network_id: str) -> None:
         import boto3
+        from botocore import UNSIGNED
         from botocore.config import Config
 
         self.config = config
         self.network_id = network_id
         self._base = f"{config.prefix}{network_id}/"
-        self._client: Any = boto3.client(
+        signed = bool(config.access_key_id and config.secret_access_key)
+        # a session of its own: boto3's default one would still look up env and profile credentials
+        session = boto3.session.Session(
+            aws_access_key_id=config.access_key_id if signed else None,
+            aws_secret_access_key=config.secret_access_key if signed else None,
+        )
+        self._client: Any = session.client(
             "s3",
             endpoint_url=config.endpoint_url,
             region_name=config.region,
-            aws_access_key_id=config.access_key_id or os.environ.get("AWS_ACCESS_KEY_ID"),
-            aws_secret_access_key=config.secret_access_key or os.environ.get("AWS_SECRET_ACCESS_KEY"),
             config=Config(
                 connect_timeout=config.connect_timeout_s,
                 read_timeout=config.read_timeout_s,
                 retries={"max_attempts": config.retries, "mode": "standard"},
+                **({} if signed else {"signature_version": UNSIGNED}),
             ),
         )
 

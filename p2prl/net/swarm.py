@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import trio
@@ -27,6 +28,7 @@ from p2prl.net.config import NetConfig
 from p2prl.net.counters import Counters
 from p2prl.net.pacing import UploadPacer
 from p2prl.net.partial import PartialBlob, PartialStore
+from p2prl.net.refs import RefBook
 from p2prl.net.store import BlobStore, StoreError
 from p2prl.protocol.blobs import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, BlobRef
 
@@ -46,6 +48,7 @@ class SwarmContext(Protocol):
 
     async def open_chunk_stream(self, peer: str) -> Any: ...
     def providers(self, blob_id: str) -> list[str]: ...
+    def drop_hint(self, blob_id: str, peer: str) -> None: ...
     def ban(self, peer: str, reason: str) -> None: ...
     def is_banned(self, peer: str) -> bool: ...
 
@@ -58,14 +61,27 @@ async def close_stream(stream: Any) -> None:
             pass
 
 
+class _Slot:
+    """One inbound chunk stream: whose it is, since when it waits for a request, how to end it."""
+
+    def __init__(self, peer: str) -> None:
+        self.peer = peer
+        self.idle_since: float | None = None
+        self.scope = trio.CancelScope()
+
+
 class ChunkServer:
     """Answers HAVE and GET on the chunk protocol from the store and from partial downloads."""
 
-    def __init__(self, ctx: SwarmContext, store: BlobStore, partials: PartialStore) -> None:
+    def __init__(
+        self, ctx: SwarmContext, store: BlobStore, partials: PartialStore, refs: RefBook | None = None
+    ) -> None:
         self.ctx = ctx
         self.store = store
         self.partials = partials
-        self._active = 0
+        self.refs = refs or RefBook(store)
+        self._hashing = trio.Lock()  # one on-demand ref computation at a time
+        self._slots: set[_Slot] = set()
         self._uploads: dict[tuple[str, int], tuple[int, float]] = {}
         rate = ctx.config.max_upload_bytes_per_s
         self.pacer = UploadPacer(rate, max_wait_s=ctx.config.stream_timeout_s / 4) if rate > 0 else None
@@ -76,69 +92,105 @@ class ChunkServer:
             peer = stream.muxed_conn.peer_id.to_base58()
         except Exception:
             peer = "?"
-        limit = self.ctx.config.limits.max_serving_streams
-        if self.ctx.is_banned(peer) or self._active >= limit:
-            self.ctx.counters.add("serve.refused")
+        refusal = "serve.refused" if self.ctx.is_banned(peer) else self._admit(peer)
+        if refusal:
+            self.ctx.counters.add(refusal)
             with trio.move_on_after(1.0):
                 try:
                     await stream.reset()
                 except _STREAM_ERRORS:
                     pass
             return
-        self._active += 1
-        timeout = self.ctx.config.stream_timeout_s
+        slot = _Slot(peer)
+        self._slots.add(slot)
         try:
-            while not self.ctx.is_banned(peer):
-                try:
-                    req = await cp.read_exactly(stream, cp.REQUEST_BYTES, IDLE_STREAM_S)
-                except (cp.ProtocolError, trio.TooSlowError):
-                    break
-                try:
-                    op, blob_id, index, chunk_size = cp.decode_request(req)
-                except cp.ProtocolError as e:
-                    log.warning("bad chunk request from %s: %s", peer[-8:], e)
-                    await cp.write_all(stream, cp.encode_response_header(cp.BAD_REQUEST, 0), timeout)
-                    break
-                status, payload = self.answer(op, blob_id, index, chunk_size)
-                if status == cp.OK and op == cp.OP_GET and self.pacer is not None:
-                    wait = self.pacer.reserve(len(payload))
-                    if wait is None:  # our uplink is booked: let the downloader ask someone else
-                        self.ctx.counters.add("serve.rate_busy")
-                        status, payload = cp.BUSY, b""
-                    elif wait > 0:
-                        await trio.sleep(wait)
-                await cp.write_all(stream, cp.encode_response_header(status, len(payload)) + payload, timeout)
-                if status == cp.OK and op == cp.OP_GET:
-                    self.ctx.counters.add("bytes_up", len(payload))
-                    self.ctx.counters.add("chunks_up")
+            with slot.scope:
+                await self._serve(stream, slot)
         except _STREAM_ERRORS as e:
             log.debug("chunk stream from %s ended: %r", peer[-8:], e)
         finally:
-            self._active -= 1
+            self._slots.discard(slot)
             await close_stream(stream)
 
-    def answer(self, op: int, blob_id: str, index: int, chunk_size: int) -> tuple[int, bytes]:
+    def _admit(self, peer: str) -> str:
+        """Room for one more stream from ``peer``? The refusal counter if not ("" = admitted).
+
+        One peer holds at most ``max_streams_per_peer`` slots; when every slot is taken, the stream
+        that has waited longest for its next request gives way (``serve.evicted_idle``), so peers
+        that keep slots open with a rare tiny request cannot lock out one that downloads."""
+        limits = self.ctx.config.limits
+        if sum(1 for s in self._slots if s.peer == peer) >= limits.max_streams_per_peer:
+            return "serve.refused_peer_cap"
+        if len(self._slots) < limits.max_serving_streams:
+            return ""
+        now = time.monotonic()
+        idle = [
+            s for s in self._slots if s.idle_since is not None and now - s.idle_since >= limits.evict_idle_s
+        ]
+        if not idle:
+            return "serve.refused"
+        victim = min(idle, key=lambda s: s.idle_since or now)
+        victim.scope.cancel()
+        self._slots.discard(victim)
+        self.ctx.counters.add("serve.evicted_idle")
+        return ""
+
+    async def _serve(self, stream: Any, slot: _Slot) -> None:
+        timeout = self.ctx.config.stream_timeout_s
+        while not self.ctx.is_banned(slot.peer):
+            slot.idle_since = time.monotonic()
+            try:
+                req = await cp.read_exactly(stream, cp.REQUEST_BYTES, IDLE_STREAM_S)
+            except (cp.ProtocolError, trio.TooSlowError):
+                return
+            slot.idle_since = None
+            try:
+                op, blob_id, digest, index, chunk_size = cp.decode_request(req)
+            except cp.ProtocolError as e:
+                log.warning("bad chunk request from %s: %s", slot.peer[-8:], e)
+                await cp.write_all(stream, cp.encode_response_header(cp.BAD_REQUEST, 0), timeout)
+                return
+            await self._learn_ref(blob_id, digest, chunk_size)
+            status, payload = self.answer(op, blob_id, digest, index, chunk_size)
+            if status == cp.OK and op == cp.OP_GET and self.pacer is not None:
+                wait = self.pacer.reserve(len(payload))
+                if wait is None:  # our uplink is booked: let the downloader ask someone else
+                    self.ctx.counters.add("serve.rate_busy")
+                    status, payload = cp.BUSY, b""
+                elif wait > 0:
+                    await trio.sleep(wait)
+            await cp.write_all(stream, cp.encode_response_header(status, len(payload)) + payload, timeout)
+            if status == cp.OK and op == cp.OP_GET:
+                self.ctx.counters.add("bytes_up", len(payload))
+                self.ctx.counters.add("chunks_up")
+
+    async def _learn_ref(self, blob_id: str, digest: str, chunk_size: int) -> None:
+        """A held blob asked for under a digest we do not know: compute our own ref of it once."""
+        if self.refs.get(digest) is not None or self.partials.get(digest) is not None:
+            return
+        if not self.refs.may_compute(blob_id, chunk_size):
+            return
+        async with self._hashing:
+            await trio.to_thread.run_sync(self.refs.compute, blob_id, chunk_size)
+
+    def answer(self, op: int, blob_id: str, digest: str, index: int, chunk_size: int) -> tuple[int, bytes]:
+        """Answer under the ref named by ``digest`` only: NOT_FOUND for a ref we do not hold."""
         if not MIN_CHUNK_SIZE <= chunk_size <= MAX_CHUNK_SIZE:
             return cp.BAD_REQUEST, b""
-        if self.store.has(blob_id):
-            try:
-                size = self.store.size(blob_id)
-            except StoreError:
-                return cp.NOT_FOUND, b""
-            n = max(1, -(-size // chunk_size))
+        ref = self.refs.get(digest)
+        if ref is not None and ref.id == blob_id and ref.chunk_size == chunk_size and self.store.has(blob_id):
             if op == cp.OP_HAVE:
-                return (cp.OK, cp.encode_bitmap([True] * n)) if n <= cp.MAX_CHUNKS else (cp.BAD_REQUEST, b"")
-            if index >= n:
+                return cp.OK, cp.encode_bitmap([True] * ref.n_chunks)
+            if index >= ref.n_chunks:
                 return cp.BAD_REQUEST, b""
             if self.ctx.config.superseed and not self._may_upload(blob_id, index):
                 return cp.BUSY, b""
-            off = index * chunk_size
             try:
-                return cp.OK, self.store.read_range(blob_id, off, min(chunk_size, size - off))
+                return cp.OK, self.store.read_range(blob_id, index * chunk_size, ref.chunk_len(index))
             except (StoreError, OSError):
                 return cp.NOT_FOUND, b""
-        part = self.partials.get(blob_id)
-        if part is None or part.ref.chunk_size != chunk_size:
+        part = self.partials.get(digest)
+        if part is None or part.ref.id != blob_id or part.ref.chunk_size != chunk_size:
             return cp.NOT_FOUND, b""
         if op == cp.OP_HAVE:
             return cp.OK, cp.encode_bitmap(list(part.have))
@@ -167,9 +219,11 @@ class Download:
         part: PartialBlob,
         on_progress: Callable[[int, int], None] | None = None,
         use_s3: bool = True,
+        reserved: Sequence[str] = (),
     ) -> None:
         self.ctx = ctx
         self.use_s3 = use_s3
+        self.reserved = tuple(dict.fromkeys(reserved))  # always get a worker, beyond max_providers
         self.part = part
         self.ref: BlobRef = part.ref
         self.on_progress = on_progress
@@ -179,6 +233,8 @@ class Download:
         self.workers: set[str] = set()
         self.busy: dict[tuple[str, int], float] = {}
         self.retry_after: dict[str, float] = {}
+        self.retired: dict[str, int] = {}  # peer -> times it was given a slot and delivered nothing
+        self.crowded = False  # every provider slot taken and another provider waiting
         self.last_peer_progress = time.monotonic()
         self.bytes_from: dict[str, int] = {}
         self.s3_backoff = 0.0
@@ -215,16 +271,35 @@ class Download:
             )
 
     async def _recruit(self, nursery: trio.Nursery) -> None:
+        """Give providers workers: the reserved ones (announcer, trainer) always, the others up to
+        ``max_providers``, those retired least often first, so peers that only claim to hold the
+        blob cannot keep the real holders waiting (docs/SECURITY.md, item 6)."""
+        limit = self.ctx.config.limits.max_providers
         while not self.done.is_set():
             now = time.monotonic()
-            for peer in self.ctx.providers(self.ref.id):
-                if len(self.workers) >= self.ctx.config.limits.max_providers:
-                    break
+            pool = [p for p in self.ctx.providers(self.ref.id) if p not in self.reserved]
+            pool.sort(key=lambda p: self.retired.get(p, 0))  # stable: hinted peers still first
+            self.crowded = False
+            for peer in [*self.reserved, *pool]:
                 if peer in self.workers or self.ctx.is_banned(peer) or self.retry_after.get(peer, 0) > now:
                     continue
+                if peer not in self.reserved and len(self.workers.difference(self.reserved)) >= limit:
+                    self.crowded = True  # a provider waits for a slot: idle holders should give theirs up
+                    break
                 self.workers.add(peer)
                 nursery.start_soon(self._worker, peer)
             await trio.sleep(0.2)
+
+    def _offers(self, bitmap: list[bool] | None) -> bool:
+        return bitmap is not None and any(b and not h for b, h in zip(bitmap, self.part.have, strict=True))
+
+    def _retire(self, peer: str) -> None:
+        """``peer`` held a slot for ``hint_grace_s`` and delivered nothing: back off, forget its hint."""
+        n = self.retired.get(peer, 0) + 1
+        self.retired[peer] = n
+        self.retry_after[peer] = time.monotonic() + min(60.0, 5.0 * 2 ** (n - 1))
+        self.ctx.counters.add("providers_retired")
+        self.ctx.drop_hint(self.ref.id, peer)
 
     def _pick(self, peer: str, bitmap: list[bool]) -> int | None:
         now = time.monotonic()
@@ -253,7 +328,7 @@ class Download:
         return min(cands, key=lambda i: (sum(1 for b in maps if b[i]), random.random()))
 
     async def _send(self, stream: Any, op: int, index: int) -> None:
-        req = cp.encode_request(op, self.ref.id, index, self.ref.chunk_size)
+        req = cp.encode_request(op, self.ref.id, self.ref.digest, index, self.ref.chunk_size)
         await cp.write_all(stream, req, self.ctx.config.stream_timeout_s)
 
     async def _response(self, stream: Any, op: int, index: int) -> tuple[int, bytes]:
@@ -274,8 +349,14 @@ class Download:
         bitmap: list[bool] | None = None
         pending: collections.deque[int] = collections.deque()
         depth = max(1, self.ctx.config.limits.pipeline_depth)
+        probation = time.monotonic() + self.ctx.config.hint_grace_s if peer not in self.reserved else math.inf
+        asked = False
+        useful = False  # its last bitmap held a chunk we lack
         try:
             while not self.done.is_set():
+                if time.monotonic() > probation and (asked or (self.crowded and not useful)):
+                    self._retire(peer)  # asked and never delivered, or holds nothing we lack while
+                    return  # another provider waits for its slot
                 try:
                     if stream is None:
                         stream = await self.ctx.open_chunk_stream(peer)
@@ -288,12 +369,14 @@ class Download:
                             else [False] * self.ref.n_chunks
                         )
                         self.bitmaps[peer] = bitmap
+                        useful = self._offers(bitmap)
                     while bitmap is not None and len(pending) < depth:
                         index = self._pick(peer, bitmap)
                         if index is None:
                             break
                         self.inflight.add(index)
                         pending.append(index)
+                        asked = True
                         await self._send(stream, cp.OP_GET, index)
                     if not pending:
                         await trio.sleep(idle)
@@ -314,6 +397,7 @@ class Download:
                             return
                         self.ctx.counters.add("bytes_down", len(data))
                         self.last_peer_progress = time.monotonic()
+                        probation = math.inf
                         self._progress(peer, len(data))
                     elif status == cp.BUSY:
                         self.busy[(peer, index)] = time.monotonic() + 0.25

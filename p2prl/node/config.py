@@ -80,8 +80,14 @@ class NodeConfig:
     )
     s3_bucket: str = field(default="", metadata={"help": "Override the genesis S3 bucket."})
     s3_prefix: str = field(default="", metadata={"help": "Override the genesis S3 key prefix."})
-    s3_region: str = field(
-        default="", metadata={"help": "S3 region (credentials come from the usual AWS_* env)."}
+    s3_region: str = field(default="", metadata={"help": "S3 region."})
+    s3_sign: bool = field(
+        default=False,
+        metadata={
+            "help": "Sign S3 requests with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY from the environment, "
+            "only towards the endpoint given by --s3-endpoint (or AWS when neither it nor genesis names "
+            "one); otherwise S3 reads go unsigned. The trainer needs it to write its mirror."
+        },
     )
     heartbeat_s: float = field(
         default=5.0, metadata={"help": "Seconds between heartbeats and re-announcements."}
@@ -91,6 +97,13 @@ class NodeConfig:
         default=0.0, metadata={"help": "Cap on chunk bytes this node serves, in MB/s (0: no cap)."}
     )
     mdns: bool = field(default=False, metadata={"help": "Find peers on the local network by multicast DNS."})
+    local_network: bool = field(
+        default=False,
+        metadata={
+            "help": "Dial loopback, private and link-local addresses that peers announce (a network on one "
+            "machine or a LAN); off, only global addresses are dialled."
+        },
+    )
     superseed_s: float = field(
         default=1.0,
         metadata={

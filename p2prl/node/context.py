@@ -7,9 +7,12 @@ the heartbeat loop tells peers which blobs this node can serve.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +24,7 @@ from p2prl.net.store import BlobStore
 from p2prl.node.config import NodeConfig
 from p2prl.node.genesis import SignedGenesis, pin_genesis, read_genesis
 from p2prl.node.status import NodeStatus
+from p2prl.protocol.blobs import BlobRef
 from p2prl.protocol.messages import Genesis, Heartbeat, PatchManifest, Scores, Verdict, encode_message
 
 log = logging.getLogger(__name__)
@@ -78,6 +82,20 @@ class NodeContext:
             return False
         return True
 
+    def fetch_rollouts(self, ref: BlobRef, announcer: str, timeout: float) -> Path:
+        """Fetch a rollout batch from peers: refused above the genesis batch bound before any byte is
+        allocated, the announcer always asked, a failed download's partial file deleted (nobody
+        resumes a rollout batch; a 16 GiB sparse file would evict resumable ones)."""
+        self.net.add_provider_hint(ref.id, announcer)
+        return self.net.fetch(
+            ref,
+            timeout=timeout,
+            s3=False,
+            max_bytes=rollout_blob_bound(self.g.generation),
+            keep_partial=False,
+            prefer=[announcer],
+        )
+
     def spawn(self, name: str, target: Callable[[], None]) -> threading.Thread:
         """Start a role thread that logs (and counts) a crash instead of dying silently, then stops the node."""
 
@@ -108,6 +126,27 @@ class NodeContext:
                 log.warning("thread %s did not stop in time", t.name)
 
 
+def rollout_blob_bound(generation: dict[str, Any]) -> int:
+    """The largest rollout batch blob an honest miner can make under genesis' generation settings.
+
+    The layout of p2prl/proof/batch.py, at its most: a 77-byte header; per group 16 bytes and at
+    most 4,096 prompt token ids of 4 bytes; per rollout 12 bytes and, per completion token, an id
+    (4), a behaviour logprob (4) and a sketch (SKETCH_DIM); capped at the decoder's 64 MiB bound,
+    plus zstd's worst-case growth of incompressible input.
+    """
+    from p2prl.proof.batch import MAGIC, BatchLimits
+    from p2prl.proof.fingerprint import SKETCH_DIM
+
+    lim = BatchLimits()
+    groups = min(int(generation.get("groups_per_batch", 8)), lim.max_groups)
+    per_group = min(int(generation.get("group_size", 8)), lim.max_rollouts_per_group)
+    tokens = min(int(generation.get("max_new_tokens", 8)), lim.max_completion_tokens)
+    rollout = 12 + tokens * (8 + SKETCH_DIM)
+    raw = 77 + groups * (16 + 4 * lim.max_prompt_tokens + per_group * rollout)
+    raw = min(raw, lim.max_decoded_bytes)
+    return len(MAGIC) + raw + raw // 128 + 1024
+
+
 def allowed_signers(sg: SignedGenesis) -> dict[str, set[bytes]]:
     """Who may sign what: manifests and genesis the trainer, verdicts and scores the genesis validators."""
     validators = set(sg.validator_keys)
@@ -129,11 +168,17 @@ def s3_config(cfg: NodeConfig, sg: SignedGenesis) -> Any:
         return None
     from p2prl.net.s3 import S3Config
 
+    endpoint = (cfg.s3_endpoint or str(g.get("endpoint") or "")) or None
+    # credentials sign only requests to the endpoint this node's operator named, never to one that
+    # only the genesis (whoever wrote it) names (docs/SECURITY.md, item 20)
+    sign = cfg.s3_sign and endpoint == (cfg.s3_endpoint or None)
     return S3Config(
         bucket=bucket,
-        endpoint_url=(cfg.s3_endpoint or str(g.get("endpoint") or "")) or None,
+        endpoint_url=endpoint,
         prefix=cfg.s3_prefix or str(g.get("prefix") or ""),
         region=cfg.s3_region or str(g.get("region") or "us-east-1"),
+        access_key_id=os.environ.get("AWS_ACCESS_KEY_ID") if sign else None,
+        secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY") if sign else None,
     )
 
 
@@ -175,7 +220,17 @@ def net_config(cfg: NodeConfig, sg: SignedGenesis, identity: Identity) -> NetCon
         superseed_cooldown_s=cfg.superseed_s or 1.0,
         max_upload_bytes_per_s=cfg.max_upload_mb_s * 1e6,
         mdns=cfg.mdns,
+        reserved_providers=_reserved_providers(sg, identity),
     )
+
+
+def _reserved_providers(sg: SignedGenesis, identity: Identity) -> list[str]:
+    """The peers every download asks, whatever else claims a blob: the trainer (it holds every patch)
+    and the genesis validators (they hold every rollout batch they judged and every patch)."""
+    from p2prl.net.identity import peer_id_of_public_key
+
+    keys = [sg.trainer_key, *sg.validator_keys]
+    return [peer_id_of_public_key(k) for k in dict.fromkeys(keys) if k != identity.public_key]
 
 
 def build_context(cfg: NodeConfig) -> NodeContext:
@@ -296,26 +351,48 @@ class Pump:
 
 class Dialer:
     """Connects to peers learned from heartbeats, so chunks flow directly between any two nodes
-    (gossip alone would only connect each node to its bootstrap peers). Bounded in peers and rate."""
+    (gossip alone would only connect each node to its bootstrap peers). Bounded in peers and rate.
+
+    The want-list is an LRU whose entries expire after ``WANT_TTL_S`` without a fresh heartbeat, so
+    Sybil heartbeats cannot fill it and lock real peers out; addresses that are not global
+    (loopback, private, link-local such as cloud metadata services) are dialled only when the node
+    is configured as part of a local network (``local_network``; docs/SECURITY.md, item 16)."""
 
     MAX_PEERS = 32
     RETRY_S = 30.0
+    WANT_TTL_S = 120.0
 
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx
-        self._want: dict[str, tuple[str, ...]] = {}
+        self._want: OrderedDict[str, tuple[float, tuple[str, ...]]] = OrderedDict()
         self._tried: dict[str, float] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self.local = bool(getattr(ctx.config, "local_network", False))
 
     def offer(self, peer_id: str, addrs: tuple[str, ...]) -> None:
         if peer_id == self.ctx.net.peer_id:
             return
+        usable = tuple(a for a in addrs if _dialable(a, self.local))[:4]
+        if not usable:
+            return
+        now = time.monotonic()
         with self._lock:
-            if peer_id not in self._want and len(self._want) >= 4 * self.MAX_PEERS:
-                return
-            self._want[peer_id] = tuple(a for a in addrs if _dialable(a))[:4]
+            self._want.pop(peer_id, None)
+            self._want[peer_id] = (now, usable)
+            self._expire(now)
+            while len(self._want) > 4 * self.MAX_PEERS:
+                self._want.popitem(last=False)
         self._wake.set()
+
+    def wanted(self) -> list[str]:
+        with self._lock:
+            self._expire(time.monotonic())
+            return list(self._want)
+
+    def _expire(self, now: float) -> None:
+        while self._want and now - next(iter(self._want.values()))[0] > self.WANT_TTL_S:
+            self._want.popitem(last=False)
 
     def run(self) -> None:
         ctx = self.ctx
@@ -327,7 +404,8 @@ class Dialer:
             except Exception:
                 continue
             with self._lock:
-                todo = [(p, a) for p, a in self._want.items() if p not in connected]
+                self._expire(time.monotonic())
+                todo = [(p, a) for p, (_, a) in reversed(self._want.items()) if p not in connected]
             now = time.monotonic()
             for peer_id, addrs in todo:
                 if ctx.stop.is_set() or len(connected) >= self.MAX_PEERS:
@@ -348,5 +426,23 @@ class Dialer:
                 self._tried.pop(next(iter(self._tried)))
 
 
-def _dialable(addr: str) -> bool:
-    return isinstance(addr, str) and addr.startswith(("/ip4/", "/ip6/", "/dns")) and "/0.0.0.0/" not in addr
+def _dialable(addr: str, local: bool = False) -> bool:
+    """A TCP multiaddr worth dialling: an IP address that is global (any IP when ``local``); a DNS
+    name only when ``local`` (what it resolves to is not ours to check)."""
+    if not isinstance(addr, str) or len(addr) > 256:
+        return False
+    parts = addr.split("/")
+    if len(parts) < 3 or parts[0] != "":
+        return False
+    proto, host = parts[1], parts[2]
+    if proto.startswith("dns"):
+        return local
+    if proto not in ("ip4", "ip6"):
+        return False
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if ip.is_unspecified or ip.is_multicast:
+        return False
+    return local or ip.is_global

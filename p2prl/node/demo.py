@@ -141,9 +141,11 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
         s3_endpoint,
         "--heartbeat-s",
         "2",
+        "--local-network",  # every node is on 127.0.0.1: dial loopback addresses
     ]
     if role == "trainer":
         args += ["--lr", str(opts.lr), "--train-batch-groups", str(opts.train_batch_groups)]
+        args += ["--s3-sign"]  # it writes the mirror; the others read it unsigned
         args += ["--checkpoint-every", str(opts.checkpoint_every), "--train-epochs", str(opts.train_epochs)]
         args += ["--min-publish-s", str(opts.min_publish_s)]
     if role == "miner":

@@ -1,7 +1,8 @@
 """The local status endpoint: ``GET /status`` (JSON), ``GET /metrics`` (Prometheus), ``GET /healthz``.
 
 Read-only and bound to 127.0.0.1 by default; it runs in its own daemon threads so a slow client never
-touches a role loop.
+touches a role loop. At most ``max_clients`` connections are served at once (more are closed at
+once) and a client silent for ``idle_timeout_s`` is dropped, so idle sockets cannot pile up threads.
 """
 
 from __future__ import annotations
@@ -20,15 +21,50 @@ log = logging.getLogger(__name__)
 PORT_FILE = "status.port"
 
 
+class _BoundedHTTPServer(ThreadingHTTPServer):
+    """A thread per connection, at most ``max_clients`` of them; a connection beyond is closed."""
+
+    daemon_threads = True
+
+    def __init__(self, addr: tuple[str, int], handler: Any, max_clients: int) -> None:
+        super().__init__(addr, handler)
+        self._slots = threading.BoundedSemaphore(max_clients)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except Exception:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
 class StatusServer:
     """Serves one NodeStatus over HTTP until ``stop()``."""
 
-    def __init__(self, status: NodeStatus, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        status: NodeStatus,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_clients: int = 16,
+        idle_timeout_s: float = 5.0,
+    ) -> None:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         registry = make_registry(status)
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = idle_timeout_s  # socket timeout: a silent client is dropped, its thread freed
+
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/status":
@@ -50,8 +86,7 @@ class StatusServer:
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("status %s", format % args)
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        self._server = _BoundedHTTPServer((host, port), Handler, max_clients)
         self._thread = threading.Thread(target=self._server.serve_forever, name="status-http", daemon=True)
 
     @property

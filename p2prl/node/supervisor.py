@@ -78,6 +78,9 @@ class S3Server:
             aws_secret_access_key="testing",
         )
         client.create_bucket(Bucket=bucket)
+        from p2prl.net.s3 import public_read_policy
+
+        client.put_bucket_policy(Bucket=bucket, Policy=public_read_policy(bucket))  # nodes read unsigned
 
     def stop(self) -> None:
         if self._running:

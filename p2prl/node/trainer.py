@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 ANNOUNCE_CACHE = 2048  # recent announcements kept to resolve verdicts' blob ids
 FETCH_QUEUE = 256
+FETCH_THREADS = 4
 REANNOUNCE_S = 10.0
 
 
@@ -148,6 +149,9 @@ class Trainer:
             self.ctx.status.incr_label("dropped", "verdict_signer")
             return
         self.ctx.status.incr("verdicts_received")
+        self.ctx.net.add_provider_hint(
+            v.blob_id, getattr(item, "origin", item.from_peer)
+        )  # it holds the blob
         if v.blob_id in self.consumed:
             return
         held = self.announcements.get(v.blob_id)
@@ -181,8 +185,7 @@ class Trainer:
                 ctx.status.incr_label("dropped", "stale_rollouts")
                 continue
             try:
-                ctx.net.add_provider_hint(ann.blob.id, origin)
-                ctx.net.fetch(ann.blob, timeout=min(ctx.config.fetch_timeout_s, 20.0), s3=False)
+                ctx.fetch_rollouts(ann.blob, origin, timeout=min(ctx.config.fetch_timeout_s, 20.0))
                 groups = batch_to_groups(ctx.store.get(ann.blob.id), accepted, miner, ann.version)
             except Exception as e:
                 ctx.status.incr_label("rollout_fetch_failed", type(e).__name__)
@@ -364,6 +367,7 @@ class Trainer:
             self.holds,
             lambda: self.version,
         )
-        self.ctx.spawn("fetch", self.fetch_loop)
+        for i in range(FETCH_THREADS):  # one miner that stops serving must not hold up the others
+            self.ctx.spawn(f"fetch{i}", self.fetch_loop)
         self.ctx.spawn("train", self.train_loop)
         self.ctx.spawn("publish", self.publish_loop)

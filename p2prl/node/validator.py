@@ -199,9 +199,9 @@ class Validator:
             ctx.status.incr_label("dropped", "duplicate_announcement")
             return None
         t0 = time.monotonic()
-        ctx.net.add_provider_hint(ann.blob.id, getattr(item, "origin", item.from_peer))
         try:
-            ctx.net.fetch(ann.blob, timeout=min(ctx.config.fetch_timeout_s, ROLLOUT_FETCH_S), s3=False)
+            origin = getattr(item, "origin", item.from_peer)
+            ctx.fetch_rollouts(ann.blob, origin, timeout=min(ctx.config.fetch_timeout_s, ROLLOUT_FETCH_S))
             data = ctx.store.get(ann.blob.id)
         except Exception as e:
             log.warning("rollout blob %s unavailable: %s", ann.blob.id[:12], e)

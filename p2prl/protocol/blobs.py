@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
+from p2prl.crypto.canonical import canonical_bytes
 from p2prl.protocol.fields import MessageError, check_hex, hex_field, int_field, list_field
 
 DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
@@ -44,6 +46,15 @@ class BlobRef:
         if len(ref.chunks) != expected:
             raise MessageError(f"blob of {ref.size} bytes needs {expected} chunks, lists {len(ref.chunks)}")
         return ref
+
+    @cached_property
+    def digest(self) -> str:
+        """sha256 of the canonical ref: names this exact chunk list, not just the blob's bytes.
+
+        Chunk requests and partial downloads are keyed by it, so a forged ref that reuses an honest
+        blob's id never makes the honest holder's bytes look bad (docs/SECURITY.md, item 2).
+        """
+        return hashlib.sha256(canonical_bytes(self.to_body())).hexdigest()
 
     @property
     def n_chunks(self) -> int:

@@ -45,6 +45,8 @@ def test_unencodable(bad):
         b'{"a":NaN}',
         b"[" * 5000 + b"]" * 5000,
         b'"\\u00e9"x',
+        b'{"a":' + b"9" * 5000 + b"}",  # past Python's int conversion limit (docs/SECURITY.md, 17)
+        b"[" + b"9" * 20 + b"]",
     ],
 )
 def test_non_canonical_bytes_rejected(data):

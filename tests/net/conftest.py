@@ -1,4 +1,4 @@
-"""Fixtures: a real S3 endpoint (moto's threaded HTTP server on 127.0.0.1) and node factories."""
+"""Fixtures: a real S3 endpoint (moto's threaded HTTP server on 127.0.0.1) and a thread-leak check."""
 
 from __future__ import annotations
 
@@ -7,15 +7,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
-from p2prl.crypto.keys import Identity
-from p2prl.net.config import NetConfig
-from p2prl.net.node import P2PNode
 from p2prl.net.s3 import S3Config
-from p2prl.net.store import BlobStore
 
 
 @pytest.fixture(scope="session")
@@ -35,32 +30,21 @@ def s3_endpoint() -> Iterator[str]:
 def s3_config(s3_endpoint: str) -> S3Config:
     import boto3
 
+    from p2prl.net.s3 import public_read_policy
+
     bucket = f"b-{uuid.uuid4().hex[:12]}"
-    boto3.client(
+    client = boto3.client(
         "s3",
         endpoint_url=s3_endpoint,
         region_name="us-east-1",
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
-    ).create_bucket(Bucket=bucket)
+    )
+    client.create_bucket(Bucket=bucket)
+    client.put_bucket_policy(Bucket=bucket, Policy=public_read_policy(bucket))
     return S3Config(
         bucket=bucket, endpoint_url=s3_endpoint, access_key_id="testing", secret_access_key="testing"
     )
-
-
-@pytest.fixture
-def make_node(tmp_path: Path) -> Iterator:
-    nodes: list[P2PNode] = []
-
-    def make(name: str, network: str = "testnet", config: NetConfig | None = None) -> P2PNode:
-        n = P2PNode(Identity.generate(), network, BlobStore(tmp_path / name), config or NetConfig())
-        n.start()
-        nodes.append(n)
-        return n
-
-    yield make
-    for n in nodes:
-        n.stop()
 
 
 def _our_threads() -> set[int]:

@@ -16,10 +16,10 @@ class BytesStream:
 
 
 def test_request_roundtrip_and_bounds() -> None:
-    bid = "ab" * 32
-    raw = cp.encode_request(cp.OP_GET, bid, 5, 1 << 20)
+    bid, digest = "ab" * 32, "cd" * 32
+    raw = cp.encode_request(cp.OP_GET, bid, digest, 5, 1 << 20)
     assert len(raw) == cp.REQUEST_BYTES
-    assert cp.decode_request(raw) == (cp.OP_GET, bid, 5, 1 << 20)
+    assert cp.decode_request(raw) == (cp.OP_GET, bid, digest, 5, 1 << 20)
     with pytest.raises(cp.ProtocolError):
         cp.decode_request(b"\x09" + raw[1:])
     with pytest.raises(cp.ProtocolError):

@@ -18,7 +18,7 @@ def test_chunks_verified_resumed_and_finished(tmp_path) -> None:
     assert not p.write(0, b"\x00" * CH)  # wrong bytes are refused, nothing written
     assert p.write(0, data[:CH]) and p.write(5, data[5 * CH :])
     assert p.read(0) == data[:CH] and p.read(1) is None
-    ps.release(ref.id)
+    ps.release(ref)
     # a fresh store object (a restart) finds the verified chunks again by re-hashing
     ps2 = PartialStore(BlobStore(tmp_path / "s"), 1 << 30)
     p2 = ps2.open(ref)
@@ -36,8 +36,8 @@ def test_partial_bytes_are_bounded(tmp_path) -> None:
     ps = PartialStore(store, 3 * CH)
     refs = [blob_ref_for(os.urandom(2 * CH), CH) for _ in range(2)]
     ps.open(refs[0])
-    ps.release(refs[0].id)
+    ps.release(refs[0])
     ps.open(refs[1])  # the older, inactive partial is dropped to make room
-    assert [q.stem for q in (tmp_path / "s" / "partial").glob("*.part")] == [refs[1].id]
+    assert [q.stem for q in (tmp_path / "s" / "partial").glob("*.part")] == [refs[1].digest]
     with pytest.raises(ValueError):
         ps.open(blob_ref_for(os.urandom(4 * CH), CH))

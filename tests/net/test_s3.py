@@ -38,3 +38,11 @@ def test_unreachable_endpoint_raises_s3error() -> None:
     )
     with pytest.raises(S3Error):
         m.get_range("00" * 32, 0, 10)
+
+
+def test_reads_are_unsigned_without_configured_credentials(s3_config) -> None:
+    signed = S3Mirror(s3_config, "net1")
+    blob = os.urandom(1000)
+    signed.put_blob("ab" * 32, blob)
+    public = S3Config(bucket=s3_config.bucket, endpoint_url=s3_config.endpoint_url)
+    assert S3Mirror(public, "net1").get_range("ab" * 32, 10, 100) == blob[10:110]

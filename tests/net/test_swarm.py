@@ -58,7 +58,7 @@ def test_two_providers_in_process_and_resume(make_node) -> None:
     part = c.partials.open(ref)
     for i in range(0, ref.n_chunks, 2):
         assert part.write(i, data[i * CH : (i + 1) * CH])
-    c.partials.release(ref.id)
+    c.partials.release(ref)
     assert hashlib.sha256(c.fetch(ref, timeout=60).read_bytes()).hexdigest() == ref.id
     assert c.stats()["bytes_down"] == sum(ref.chunk_len(i) for i in range(1, ref.n_chunks, 2))
     assert a.stats()["bytes_up"] + b.stats()["bytes_up"] >= ref.size

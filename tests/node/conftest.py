@@ -46,6 +46,7 @@ class Net:
             "model_cache": self.model_cache,
             "s3_enable": False,
             "heartbeat_s": 1.0,
+            "local_network": True,  # every node here is on 127.0.0.1
             "status_port": -1,
             **kw,
         }

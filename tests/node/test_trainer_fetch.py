@@ -1,0 +1,59 @@
+"""Item 19 of docs/SECURITY.md: a miner that stops serving after validation must not hold up the
+trainer's other accepted batches, which it takes from the validators that hold them."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from p2prl.net.node import P2PNode
+from p2prl.net.store import BlobStore
+from p2prl.node.context import build_context
+from p2prl.node.trainer import Trainer
+from p2prl.proof.validate import OK, BatchVerdict, GroupVerdict, to_verdict
+from p2prl.protocol import encode_message
+from p2prl.protocol.blobs import blob_ref_for
+from p2prl.protocol.messages import RolloutAnnouncement
+
+
+def test_stalled_miner_does_not_hold_up_other_batches(make_net, tmp_path) -> None:
+    net = make_net()
+    ctx = build_context(net.config("trainer"))
+    trainer = Trainer(ctx)
+    hosts = []
+    try:
+        trainer.start()
+        for name in ("validator", "miner1"):  # the validator's and the miner's real keys and hosts
+            h = P2PNode(net.ids[name], ctx.network_id, BlobStore(tmp_path / f"{name}-host"))
+            h.start()
+            h.connect(ctx.net.addrs[0])
+            hosts.append(h)
+        validator, miner = hosts
+        # A: its miner stopped serving, and no validator kept it. B: the validator holds it.
+        blobs = [os.urandom(40_000), os.urandom(40_000)]
+        refs = [blob_ref_for(b, 16 * 1024) for b in blobs]
+        validator.store.put(blobs[1])
+        validator.serve(refs[1])
+        anns = [RolloutAnnouncement(0, "00" * 32, r, 2, "11" * 32) for r in refs]
+        accept = BatchVerdict([GroupVerdict(i, True, OK) for i in range(2)], [], False)
+        first_b = None
+        deadline = time.monotonic() + 40
+        while not ctx.store.has(refs[1].id) and time.monotonic() < deadline:
+            for ann in anns:  # A first, then B; re-signed each round until the mesh carries them
+                miner.publish(ctx.topic("rollouts"), encode_message(miner.identity, ctx.network_id, ann))
+                time.sleep(0.3)
+                v = to_verdict(accept, ann, miner.identity.public_key)
+                validator.publish(
+                    ctx.topic("verdicts"), encode_message(validator.identity, ctx.network_id, v)
+                )
+                time.sleep(0.3)
+            if first_b is None and ctx.status.snapshot()["counters"].get("verdicts_received", 0) >= 2:
+                first_b = time.monotonic()
+        assert ctx.store.has(refs[1].id), "B never fetched"
+        assert first_b is not None and time.monotonic() - first_b < 12, "B waited behind A's stalled fetch"
+    finally:
+        ctx.stop.set()
+        ctx.join(30)
+        for h in hosts:
+            h.stop()
+        ctx.net.stop()
