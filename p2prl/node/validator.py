@@ -214,7 +214,9 @@ class Validator:
         full = min(ctx.config.fetch_timeout_s, ROLLOUT_FETCH_S)
         for timeout in (min(ROLLOUT_PROBE_S, full), full - ROLLOUT_PROBE_S):
             try:
-                ctx.net.fetch(ann.blob, timeout=timeout, s3=False, on_progress=lambda d, _t: d and arrived.set())
+                ctx.net.fetch(
+                    ann.blob, timeout=timeout, s3=False, on_progress=lambda d, _t: d and arrived.set()
+                )
                 return ctx.store.get(ann.blob.id)
             except Exception as e:
                 log.warning("rollout blob %s unavailable: %s", ann.blob.id[:12], e)

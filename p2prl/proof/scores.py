@@ -38,7 +38,12 @@ class ScoreBook:
         self.latest = 0
 
     def record(
-        self, miner: str, version: int, valid_unique: int, hard_failure: bool = False, current: int | None = None
+        self,
+        miner: str,
+        version: int,
+        valid_unique: int,
+        hard_failure: bool = False,
+        current: int | None = None,
     ) -> None:
         """Add one judged batch's outcome (``miner`` hex key, the version its rollouts claim).
 
