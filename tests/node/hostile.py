@@ -1,170 +1,36 @@
-"""An arena for attacks on the trainer's intake and the validator's judging: real hosts, real roles.
-
-A trainer, two genesis validators and an honest miner's host are real NodeContexts (real libp2p
-hosts on 127.0.0.1, connected); the Trainer and Validator objects are the real roles, not started,
-so a test delivers announcements to their handlers as the pump would and runs the judging step
-itself. Honest batches are really mined on the validator's model; attackers sign with their own keys.
-"""
+"""Test helpers over ``p2prl.node.arena``: drive the judging step and collect verdicts at the trainer."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-from p2prl.crypto.keys import Identity, load_or_create_identity
-from p2prl.net.identity import peer_id_for
-from p2prl.node.common import generation_params, group_size, groups_per_batch, task_of
-from p2prl.node.config import NodeConfig
-from p2prl.node.context import NodeContext, build_context
-from p2prl.node.genesis import write_genesis
-from p2prl.node.netinit import NetworkSpec, base_model_info, genesis_from_spec
-from p2prl.node.supervisor import free_port
-from p2prl.protocol.messages import RolloutAnnouncement, Verdict, decode_message, encode_message
-
-NETWORK = "hostile-net"
+from p2prl.crypto.keys import Identity
+from p2prl.node.arena import Arena
+from p2prl.protocol.messages import Verdict
 
 
-def delivered(identity: Identity, msg: Any, origin: str | None = None) -> SimpleNamespace:
-    """``msg`` signed by ``identity`` and verified as the gossip layer hands it to a role."""
-    env, parsed = decode_message(encode_message(identity, NETWORK, msg), NETWORK)
-    peer = origin or peer_id_for(identity)
-    return SimpleNamespace(message=parsed, envelope=env, from_peer=peer, origin=peer)
+def judge_all(v: Any, limit: int = 64) -> list[Any]:
+    """Run a validator's judging step until its queue is empty; the BatchVerdicts made."""
+    out = []
+    for _ in range(limit):
+        item = v._next()
+        if item is None:
+            break
+        out.append(v.check(item))
+    return out
 
 
-@dataclass
-class Arena:
-    root: Path
-    ids: dict[str, Identity]
-    trainer: Any
-    validators: list[Any]
-    miner_ctx: NodeContext
-    contexts: list[NodeContext] = field(default_factory=list)
-    _next_index: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def validator(self) -> Any:
-        return self.validators[0]
-
-    def mine(self, miner: Identity, serve: bool = True) -> tuple[bytes, RolloutAnnouncement]:
-        """A genuine batch of ``miner`` at version 0 (served by the miner's host unless ``serve`` is False)."""
-        from p2prl.proof.miner import mine_batch
-
-        v = self.validator
-        ctx = v.ctx
-        first = self._next_index.get(miner.public_hex, 0)
-        n = groups_per_batch(ctx)
-        self._next_index[miner.public_hex] = first + n
-        prep = mine_batch(
-            v.engine,
-            task_of(ctx),
-            0,
-            v.current.hash,
-            miner.public_key,
-            list(range(first, first + n)),
-            group_size(ctx),
-            generation_params(ctx, seed=first),
-        )
-        if serve:
-            self.serve(prep.blob, prep.announcement)
-        return prep.blob, prep.announcement
-
-    def serve(self, data: bytes, ann: RolloutAnnouncement) -> None:
-        self.miner_ctx.store.put(data, expected_id=ann.blob.id)
-        self.miner_ctx.store.pin([ann.blob.id])
-        self.miner_ctx.net.serve(ann.blob)
-
-    def announce(self, identity: Identity, ann: RolloutAnnouncement) -> SimpleNamespace:
-        """``ann`` signed by ``identity``, published from the miner's host (which serves the blobs)."""
-        return delivered(identity, ann, origin=self.miner_ctx.net.peer_id)
-
-    def judge_all(self, v: Any = None, limit: int = 64) -> list[Any]:
-        """Run the validator's judging step until its queue is empty; the BatchVerdicts made."""
-        v = v or self.validator
-        out = []
-        for _ in range(limit):
-            item = v._next()
-            if item is None:
-                break
-            out.append(v.check(item))
-        return out
-
-    def verdicts_at_trainer(self, n: int, *miners: Identity, timeout: float = 20.0) -> list[Any]:
-        """The next ``n`` verdicts on ``miners``' batches the trainer's host receives (others dropped)."""
-        keys = {m.public_hex for m in miners}
-        got: list[Any] = []
-        deadline = time.monotonic() + timeout
-        while len(got) < n and time.monotonic() < deadline:
-            got += [
-                i
-                for i in self.trainer.ctx.net.poll(timeout=0.5)
-                if i.envelope.type == Verdict.TYPE and i.message.miner in keys
-            ]
-        assert len(got) >= n, f"{len(got)} of {n} verdicts reached the trainer"
-        return got
-
-    def close(self) -> None:
-        for ctx in self.contexts:
-            ctx.stop.set()
-            ctx.net.stop()
-
-
-def make_arena(tmp: Path, model_cache: Path) -> Arena:
-    from p2prl.node.trainer import Trainer
-    from p2prl.node.validator import Validator
-
-    names = ("trainer", "validator", "validator2", "miner1")
-    ids = {n: load_or_create_identity(tmp / n / "node.key") for n in names}
-    port = free_port()
-    spec = NetworkSpec(
-        network_id=NETWORK,
-        validators=[ids["validator"].public_hex, ids["validator2"].public_hex],
-        bootstrap=[f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id_for(ids['trainer'])}"],
-        max_new_tokens=4,
-        group_size=4,
-        groups_per_batch=2,
-        anchor_interval=3,
-        chunk_size=64 * 1024,
-    )
-    sg = genesis_from_spec(spec, ids["trainer"], base_model_info(model_cache))
-    genesis = write_genesis(sg, tmp / "genesis.json")
-
-    def cfg(name: str) -> NodeConfig:
-        role = "miner" if name.startswith("miner") else name.rstrip("2")
-        return NodeConfig(
-            role=role,  # type: ignore[arg-type]
-            network=genesis,
-            data_dir=tmp / name,
-            listen=f"/ip4/127.0.0.1/tcp/{port if role == 'trainer' else 0}",
-            model_cache=model_cache,
-            s3_enable=False,
-            status_port=-1,
-        )
-
-    contexts: list[NodeContext] = []
-    try:
-        for n in names:
-            contexts.append(build_context(cfg(n)))
-        t_ctx, v1, v2, m_ctx = contexts
-        trainer = Trainer(t_ctx)
-        validators = [Validator(v1), Validator(v2)]
-        for vctx in (v1, v2):
-            vctx.net.connect(f"{m_ctx.net.addrs[0]}/p2p/{m_ctx.net.peer_id}")
-        _wait_connected(t_ctx, {v1.net.peer_id, v2.net.peer_id, m_ctx.net.peer_id})
-        time.sleep(1.5)  # gossip meshes form on the heartbeat after connecting
-    except BaseException:
-        for ctx in contexts:
-            ctx.net.stop()
-        raise
-    return Arena(tmp, ids, trainer, validators, m_ctx, contexts)
-
-
-def _wait_connected(ctx: NodeContext, peers: set[str], timeout: float = 30.0) -> None:
+def verdicts_at_trainer(arena: Arena, n: int, *miners: Identity, timeout: float = 20.0) -> list[Any]:
+    """The next ``n`` verdicts on ``miners``' batches the trainer's host receives (others dropped)."""
+    keys = {m.public_hex for m in miners}
+    got: list[Any] = []
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if peers <= {p.peer_id for p in ctx.net.peers() if p.connected}:
-            return
-        time.sleep(0.2)
-    raise AssertionError("the arena's hosts did not connect")
+    while len(got) < n and time.monotonic() < deadline:
+        got += [
+            i
+            for i in arena.trainer.ctx.net.poll(timeout=0.5)
+            if i.envelope.type == Verdict.TYPE and i.message.miner in keys
+        ]
+    assert len(got) >= n, f"{len(got)} of {n} verdicts reached the trainer"
+    return got

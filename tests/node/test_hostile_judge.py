@@ -14,9 +14,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from hostile import Arena, delivered, make_arena
+from hostile import judge_all, verdicts_at_trainer
 
 from p2prl.crypto.keys import Identity
+from p2prl.node.arena import Arena, delivered, make_arena
 from p2prl.protocol.blobs import blob_ref_for
 from p2prl.protocol.messages import MAX_VERSION, RolloutAnnouncement
 
@@ -57,10 +58,10 @@ def test_blob_id_squatting(arena: Arena) -> None:
     for v in arena.validators:
         v.on_announcement(theirs)  # at the validators it arrives first
         v.on_announcement(mine)
-        verdicts = [bv for bv in arena.judge_all(v) if bv is not None]
+        verdicts = [bv for bv in judge_all(v) if bv is not None]
         assert [accepted(bv) for bv in verdicts] == [0, ann.groups], "the honest batch was not judged"
         assert score(v, honest) > 0 and score(v, squatter) == 0
-    for item in arena.verdicts_at_trainer(4, honest, squatter):  # the squatter's: hard failures
+    for item in verdicts_at_trainer(arena, 4, honest, squatter):  # the squatter's: hard failures
         t.on_verdict(item)
     jobs = queued(t)
     assert [(j[1], j[0].blob.id) for j in jobs] == [(honest.public_hex, ann.blob.id)]
@@ -89,7 +90,7 @@ def test_forced_rejudgement(arena: Arena) -> None:
             v.check(arena.announce(flooder, dataclasses.replace(ann, blob=ref)))
         replay = arena.announce(honest, dataclasses.replace(ann, created_ms=ann.created_ms + 7))
         v.on_announcement(replay)
-        arena.judge_all(v)
+        judge_all(v)
     finally:
         if hasattr(vmod, "CHECKED_BLOBS"):
             vmod.CHECKED_BLOBS = old
@@ -106,10 +107,10 @@ def test_hard_failure_vetoes(arena: Arena) -> None:
     item = arena.announce(miner, ann)
     t.on_announcement(item)
     v1.check(item)
-    (accepting,) = arena.verdicts_at_trainer(1, miner)
+    (accepting,) = verdicts_at_trainer(arena, 1, miner)
     assert accepting.message.accepted == ann.groups
     hard = tuple({**g, "accepted": False, "reason": "fingerprint"} for g in accepting.message.groups)
-    veto = delivered(arena.ids["validator2"], dataclasses.replace(accepting.message, groups=hard))
+    veto = delivered(arena.ids["validator1"], dataclasses.replace(accepting.message, groups=hard))
     t.on_verdict(accepting)
     t.on_verdict(veto)
     time.sleep(0.1)
@@ -126,7 +127,7 @@ def test_announcement_cache_flood(arena: Arena) -> None:
     t.on_announcement(it)
     for v in arena.validators:
         v.check(it)
-    for i in arena.verdicts_at_trainer(2, honest):
+    for i in verdicts_at_trainer(arena, 2, honest):
         t.on_verdict(i)
     assert len(queued(t)) == 1
     _, ann = arena.mine(honest)
@@ -134,7 +135,7 @@ def test_announcement_cache_flood(arena: Arena) -> None:
     t.on_announcement(it)
     for v in arena.validators:
         v.check(it)
-    verdicts = arena.verdicts_at_trainer(2, honest)
+    verdicts = verdicts_at_trainer(arena, 2, honest)
     sybils = [flooder] * 1100 + [Identity.generate() for _ in range(1000)]  # 2,100 > the old cache
     for n, key in enumerate(sybils):
         junk = RolloutAnnouncement(
@@ -181,7 +182,7 @@ def test_validator_stall(arena: Arena) -> None:
     v = arena.validator
     _, first = arena.mine(honest)
     v.on_announcement(arena.announce(honest, first))
-    arena.judge_all(v)
+    judge_all(v)
     assert score(v, honest) > 0
     for _ in range(6):  # six keys, each announcing a blob nobody holds
         junk = os.urandom(2000)
