@@ -147,13 +147,14 @@ class JudgeQueue:
                 return True
         return False
 
-    def next(self, current: int, now: float | None = None) -> Any:
+    def next(self, current: int, now: float | None = None, classes: int = 3) -> Any:
         """The next announcement to judge: best class first, round-robin over signers within it.
 
-        Announcements for a version we do not hold yet wait (up to ``wait_s``) without blocking others.
+        Announcements for a version we do not hold yet wait (up to ``wait_s``) without blocking
+        others. ``classes`` 1 takes only signers in good standing.
         """
         now = time.monotonic() if now is None else now
-        for queues in self._queues:
+        for queues in self._queues[:classes]:
             for signer in list(queues):
                 q = queues[signer]
                 for i, (t, item) in enumerate(q):

@@ -12,6 +12,7 @@ started to arrive gets the full fetch time.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections import OrderedDict
@@ -30,6 +31,9 @@ log = logging.getLogger(__name__)
 SCORES_EVERY_S = 5.0
 ROLLOUT_PROBE_S = 3.0  # a blob none of whose bytes arrive this fast is not served: soft reject, strike
 ROLLOUT_FETCH_S = 20.0  # a batch its miner cannot serve soon is not worth blocking the checks for
+FETCHERS = 3  # blobs fetched in parallel, off the judging thread; fetcher 0 serves good standing only
+READY_MAX = 4  # fetched blobs waiting to be judged
+_FETCH = object()  # check(): fetch the blob here
 POSITION_TAG = b"p2prl/validator/position-secret/v1"
 
 
@@ -123,6 +127,7 @@ class Validator:
         self.jq = JudgeQueue(self.max_staleness)
         self.jq_cond = threading.Condition()
         self.scores = _make_scores(ctx)
+        self.ready: queue.Queue[tuple[Any, bytes | None]] = queue.Queue(READY_MAX)
         self._last_scores = 0.0
         self.current = start
         ctx.status.set(
@@ -155,24 +160,45 @@ class Validator:
                 with self.jq_cond:
                     self.jq.judged.prune(w.version)
             self._maybe_publish_scores()
-            item = self._next()
-            if item is None:
+            try:
+                item, data = self.ready.get(timeout=0.5)
+            except queue.Empty:
                 continue
             try:
-                self.check(item)
+                self.check(item, data)
             except Exception:
                 log.exception("checking an announcement failed")
                 ctx.status.incr_label("check_failed", "exception")
 
-    def _next(self) -> Any:
+    def fetch_loop(self, lane: int) -> None:
+        """Fetch queued blobs for the judging thread: a blob nobody serves costs a fetcher a probe,
+        never the judge; lane 0 serves only miners in good standing, so a flood cannot take it."""
+        ctx = self.ctx
+        while not ctx.stop.is_set():
+            item = self._next(classes=1 if lane == 0 else 3)
+            if item is None:
+                continue
+            with self.jq_cond:
+                if key_of(item) in self.jq.judged:
+                    ctx.status.incr_label("dropped", "duplicate_announcement")
+                    continue
+            data = self._fetch(item)
+            while not ctx.stop.is_set():
+                try:
+                    self.ready.put((item, data), timeout=0.5)
+                    break
+                except queue.Full:
+                    continue
+
+    def _next(self, classes: int = 3) -> Any:
         """The next announcement to judge (fair per signer; one whose version we hold or never will)."""
         with self.jq_cond:
-            item = self.jq.next(self.current.version)
+            item = self.jq.next(self.current.version, classes=classes)
             if item is None:
                 self.jq_cond.wait(0.5)
             return item
 
-    def check(self, item: Any) -> Any:
+    def check(self, item: Any, data: Any = _FETCH) -> Any:
         """Fetch the batch, judge it, publish the verdict; returns the BatchVerdict (None: a repeat).
 
         A (signer, blob) is judged once in the staleness window: the checker records each prompt
@@ -190,7 +216,8 @@ class Validator:
                 ctx.status.incr_label("dropped", "duplicate_announcement")
                 return None
         t0 = time.monotonic()
-        data = self._fetch(item)
+        if data is _FETCH:
+            data = self._fetch(item)
         if data is None:
             with self.jq_cond:
                 self.jq.unfetchable(item)
@@ -274,6 +301,8 @@ class Validator:
         )
         self.ctx.spawn("sync", self.sync.run)
         self.ctx.spawn("validate", self.run)
+        for lane in range(FETCHERS):
+            self.ctx.spawn(f"fetch{lane}", lambda lane=lane: self.fetch_loop(lane))
 
 
 def _make_scores(ctx: NodeContext) -> Any:
