@@ -18,6 +18,11 @@ def bench_flood(
         2, "--attackers", min=1, help="Attacker hosts, each at the per-peer limit."
     ),
     keys: int = typer.Option(500, "--keys", min=1, help="Signing keys per attacker host."),
+    inject: bool = typer.Option(
+        False,
+        "--inject",
+        help="Deliver the flood straight to the roles' handlers (full rate) instead of by gossip.",
+    ),
     cache_dir: Path = typer.Option(
         Path(os.environ.get("P2PRL_CACHE", Path.home() / ".cache" / "p2prl")),
         "--cache-dir",
@@ -31,7 +36,7 @@ def bench_flood(
         if not as_json:
             typer.echo(msg)
 
-    r = run(cache_dir, FloodSpec(seconds, every, miners, attackers, keys), log=log)
+    r = run(cache_dir, FloodSpec(seconds, every, miners, attackers, keys, inject), log=log)
     if as_json:
         typer.echo(json.dumps(r, sort_keys=True))
         return
@@ -44,6 +49,8 @@ def bench_flood(
         )
     got = ", ".join(f"{k} {v:.0f}/s" for k, v in r["gossip_in_per_s_under_flood"].items())
     typer.echo(f"flood: {r['flood_msgs_per_s']:.0f} announcements/s offered; gossip arriving: {got}")
+    if r["inject"]:
+        typer.echo(f"injected into the handlers: {r['injected']} announcements")
     typer.echo(f"honest rate under flood: {r['ratio']:.0%} of unflooded")
     typer.echo(
         f"validator: {r['validator_batches_checked']} batches judged, dropped {r['validator_dropped']}"

@@ -17,6 +17,7 @@ import multiprocessing as mp
 import os
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -96,11 +97,45 @@ def _attack(
         ctx.net.stop()
 
 
+def _inject(
+    a: Arena,
+    rate: float,
+    keys: int,
+    latest: list[RolloutAnnouncement],
+    stop: threading.Event,
+    counts: list[int],
+) -> None:
+    """The same flood delivered straight to the validator's and trainer's handlers, as their pumps
+    would at ``rate`` per second: the roles' own limits under full load, whatever gossip lets through."""
+    from p2prl.node.arena import delivered
+
+    ids = [Identity.generate() for _ in range(keys)]
+    t0, sent = time.monotonic(), 0
+    while not stop.is_set():
+        if sent % 2:
+            ann = dataclasses.replace(latest[-1], created_ms=latest[-1].created_ms + sent)
+        else:
+            ann = RolloutAnnouncement(
+                version=0,
+                manifest_hash="00" * 32,
+                blob=blob_ref_for(os.urandom(4096), chunk_size=64 * 1024),
+                groups=2,
+                commitment_root="00" * 32,
+            )
+        item = delivered(ids[sent % keys], ann)
+        a.validator.on_announcement(item)
+        a.trainer.on_announcement(item)
+        sent += 1
+        stop.wait(max(0.0, t0 + sent / rate - time.monotonic()))
+    counts.append(sent)
+
+
 def _phase(
     a: Arena,
     batches: list[tuple[Identity, RolloutAnnouncement]],
     seconds: float,
     every: float,
+    sent_log: list[RolloutAnnouncement] | None = None,
 ) -> dict[str, Any]:
     """Announce ``batches`` every ``every`` s for ``seconds``; judged per minute and latencies."""
     t, host = a.trainer, a.miner_ctx
@@ -114,6 +149,8 @@ def _phase(
         key = (miner.public_hex, ann.blob.id)
         host.net.publish(topic, encode_message(miner, NETWORK, ann))
         sent[key] = time.monotonic()
+        if sent_log is not None:
+            sent_log.append(ann)
         i += 1
         nxt = t0 + i * every
         while time.monotonic() < nxt:
@@ -144,10 +181,11 @@ class FloodSpec:
     miners: int = 4  # honest keys
     attackers: int = 2  # attacker processes, each at 90% of the per-peer gossip limit
     keys: int = 500  # signing keys per attacker
+    inject: bool = False  # deliver the flood straight to the roles' handlers instead of by gossip
 
 
 def run(model_cache: Path, spec: FloodSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
-    seconds, every, miners, attackers, keys = dataclasses.astuple(spec)
+    seconds, every, miners, attackers, keys, inject = dataclasses.astuple(spec)
     rate = 0.9 * Limits().peer_msgs_per_s
     n = int(seconds / every) + 2
     with tempfile.TemporaryDirectory(prefix="p2prl-flood-") as tmp:
@@ -171,17 +209,29 @@ def run(model_cache: Path, spec: FloodSpec, log: Callable[[str], None] = print) 
                     args=(tmp, str(model_cache), k, keys, rate, seconds + 6.0, dial),
                     daemon=True,
                 )
-                for k in range(attackers)
+                for k in range(0 if inject else attackers)
+            ]
+            latest = [flooded[0][1]]
+            stop, counts = threading.Event(), []
+            threads = [
+                threading.Thread(target=_inject, args=(a, rate, keys, latest, stop, counts), daemon=True)
+                for _ in range(attackers if inject else 0)
             ]
             for p in procs:
                 p.start()
-            log(f"phase 2: {attackers} attacker processes at {rate:.0f} msg/s each from {keys} keys each")
-            time.sleep(6.0)  # the attackers start, connect and reach their rate
+            for th in threads:
+                th.start()
+            how = "straight to the handlers" if inject else "attacker processes, by gossip"
+            log(f"phase 2: {attackers} flooders ({how}) at {rate:.0f} msg/s each from {keys} keys each")
+            time.sleep(2.0 if inject else 6.0)  # the attackers start, connect and reach their rate
             seen0 = {n: c.net.stats().get("gossip_in", 0) for n, c in roles.items()}
-            under = _phase(a, flooded, seconds, every)
+            under = _phase(a, flooded, seconds, every, sent_log=latest)
             delivered = {
                 n: (c.net.stats().get("gossip_in", 0) - seen0[n]) / seconds for n, c in roles.items()
             }
+            stop.set()
+            for th in threads:
+                th.join(10)
             for p in procs:
                 p.join(30)
                 if p.is_alive():
@@ -198,6 +248,8 @@ def run(model_cache: Path, spec: FloodSpec, log: Callable[[str], None] = print) 
         "miners": miners,
         "attackers": attackers,
         "keys_per_attacker": keys,
+        "inject": inject,
+        "injected": sum(counts),
         "flood_msgs_per_s": rate * attackers,  # offered; gossip_in_per_s_under_flood: what arrived
         "no_flood": base,
         "flood": under,
