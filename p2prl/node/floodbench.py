@@ -45,6 +45,20 @@ def _released(t: Any, key: tuple[str, str]) -> bool:
         return key in t.intake.done and not t.intake.done[key]
 
 
+def _junk(n: int, squat: RolloutAnnouncement | None) -> RolloutAnnouncement:
+    """The ``n``-th flood announcement: odd ones re-sign ``squat`` (an honest miner's), even ones name
+    a blob nobody serves."""
+    if n % 2 and squat is not None:
+        return dataclasses.replace(squat, created_ms=squat.created_ms + n)
+    return RolloutAnnouncement(
+        version=0,
+        manifest_hash="00" * 32,
+        blob=blob_ref_for(os.urandom(4096), chunk_size=64 * 1024),
+        groups=2,
+        commitment_root="00" * 32,
+    )
+
+
 def _attack(
     root: str, model_cache: str, n: int, keys: int, rate: float, seconds: float, dial: list[str]
 ) -> None:
@@ -77,16 +91,7 @@ def _attack(
             for item in ctx.net.poll(timeout=0):
                 if item.envelope.type == RolloutAnnouncement.TYPE and item.envelope.signer not in mine:
                     latest = item.message
-            if sent % 2 and latest is not None:
-                ann = dataclasses.replace(latest, created_ms=latest.created_ms + sent)
-            else:
-                ann = RolloutAnnouncement(
-                    version=0,
-                    manifest_hash="00" * 32,
-                    blob=blob_ref_for(os.urandom(4096), chunk_size=64 * 1024),
-                    groups=2,
-                    commitment_root="00" * 32,
-                )
+            ann = _junk(sent, latest)
             try:
                 ctx.net.publish(topic, encode_message(ids[sent % keys], NETWORK, ann))
             except Exception:
@@ -112,17 +117,7 @@ def _inject(
     ids = [Identity.generate() for _ in range(keys)]
     t0, sent = time.monotonic(), 0
     while not stop.is_set():
-        if sent % 2:
-            ann = dataclasses.replace(latest[-1], created_ms=latest[-1].created_ms + sent)
-        else:
-            ann = RolloutAnnouncement(
-                version=0,
-                manifest_hash="00" * 32,
-                blob=blob_ref_for(os.urandom(4096), chunk_size=64 * 1024),
-                groups=2,
-                commitment_root="00" * 32,
-            )
-        item = delivered(ids[sent % keys], ann)
+        item = delivered(ids[sent % keys], _junk(sent, latest[-1]))
         a.validator.on_announcement(item)
         a.trainer.on_announcement(item)
         sent += 1

@@ -93,6 +93,7 @@ class JudgeQueue:
         self.judged = Judged(max_staleness)
         self._queues: list[OrderedDict[str, deque[tuple[float, Any]]]] = [OrderedDict() for _ in range(3)]
         self._n = 0
+        self.evicted = 0  # queued announcements dropped to make room for better-standing ones
         self._negative: OrderedDict[Key, float] = OrderedDict()
         self._strikes: OrderedDict[str, int] = OrderedDict()
         self._good: OrderedDict[str, None] = OrderedDict()
@@ -144,6 +145,7 @@ class JudgeQueue:
                 if not queues[signer]:
                     del queues[signer]
                 self._n -= 1
+                self.evicted += 1
                 return True
         return False
 

@@ -144,10 +144,14 @@ class Validator:
 
     def on_announcement(self, item: Any) -> None:
         with self.jq_cond:
+            evicted = self.jq.evicted
             why = self.jq.offer(item)
+            evicted = self.jq.evicted - evicted
             self.jq_cond.notify()
         if why is not None:
             self.ctx.status.incr_label("dropped", why)
+        if evicted:
+            self.ctx.status.incr_label("dropped", "validator_queue_evicted", evicted)
 
     # -- work loop --------------------------------------------------------------------------
     def run(self) -> None:
