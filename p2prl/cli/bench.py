@@ -1,7 +1,8 @@
-"""``p2prl bench patch|fanout|proof``: the benchmarks whose figures are quoted in docs/BENCHMARKS.md."""
+"""``p2prl bench patch|fanout|proof|flood``: the benchmarks whose figures are quoted in docs/BENCHMARKS.md."""
 
 import typer
 
+from p2prl.cli.flood import bench_flood
 from p2prl.cli.net import bench_fanout
 from p2prl.cli.patch import bench_patch, bench_patch_cli
 from p2prl.cli.proof import bench_proof
@@ -11,3 +12,4 @@ app.command("patch")(bench_patch)
 app.command("patch-cli")(bench_patch_cli)
 app.command("fanout")(bench_fanout)
 app.command("proof")(bench_proof)
+app.command("flood")(bench_flood)

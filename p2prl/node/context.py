@@ -82,7 +82,7 @@ class NodeContext:
             return False
         return True
 
-    def fetch_rollouts(self, ref: BlobRef, announcer: str, timeout: float) -> Path:
+    def fetch_rollouts(self, ref: BlobRef, announcer: str, timeout: float, on_progress: Any = None) -> Path:
         """Fetch a rollout batch from peers: refused above the genesis batch bound before any byte is
         allocated, the announcer always asked, a failed download's partial file deleted (nobody
         resumes a rollout batch; a 16 GiB sparse file would evict resumable ones)."""
@@ -90,6 +90,7 @@ class NodeContext:
         return self.net.fetch(
             ref,
             timeout=timeout,
+            on_progress=on_progress,
             s3=False,
             max_bytes=rollout_blob_bound(self.g.generation),
             keep_partial=False,

@@ -103,7 +103,8 @@ class Miner:
 
     def on_scores(self, item: Any) -> None:
         me = self.ctx.identity.public_hex
-        self.ctx.status.gauge("own_score", item.message.scores.get(me, 0))
+        if me in item.message.scores:  # scores come in parts and omit zeros
+            self.ctx.status.gauge("own_score", item.message.scores[me])
 
     # -- generation loop ----------------------------------------------------------------
     def run(self) -> None:

@@ -2,8 +2,9 @@
 
 Threads, so training never waits on I/O:
 
-- pump: keeps recent announcements (to know each blob's ref) and, for every verdict signed by a
-  genesis validator, queues the blob for fetching with the group indices that verdict accepted;
+- pump: holds recent announcements (per signer, bounded: ``intake.Intake``) and, on the verdicts
+  of the genesis validators (each bound to the announcement it judged; a hard failure from any one
+  vetoes), queues the blob for fetching with the group indices accepted;
 - fetch: fetches a queued rollout blob from the swarm, decodes it strictly, and puts the accepted
   groups into the replay buffer (a blob is consumed once, whatever the number of verdicts);
 - train: samples the buffer, runs a GRPO step, and hands the newest bf16 state to the publisher
@@ -21,20 +22,20 @@ import logging
 import queue
 import threading
 import time
-from collections import OrderedDict
 from typing import Any
 
 import torch
 
 from p2prl.node.common import generation_params, genesis_base_hash, task_of
 from p2prl.node.context import NodeContext, NodeStartError
+from p2prl.node.intake import Intake
 from p2prl.node.weights import load_base_model, sha256_of_state
 from p2prl.patch.hashing import weights_hash
+from p2prl.proof.validate import HARD_FAILURES
 from p2prl.protocol.messages import RolloutAnnouncement, Verdict
 
 log = logging.getLogger(__name__)
 
-ANNOUNCE_CACHE = 2048  # recent announcements kept to resolve verdicts' blob ids
 FETCH_QUEUE = 256
 FETCH_THREADS = 4
 REANNOUNCE_S = 10.0
@@ -122,8 +123,8 @@ class Trainer:
         self._resume_master()
         self.buffer = ReplayBuffer(max_staleness=int(ctx.g.max_staleness), half_life=1.0)
         self.batch_groups = cfg.train_batch_groups or int(ctx.g.generation.get("groups_per_batch", 8))
-        self.announcements: OrderedDict[str, tuple[RolloutAnnouncement, str, str]] = OrderedDict()
-        self.consumed: OrderedDict[str, None] = OrderedDict()
+        self.intake = Intake(len(ctx.genesis.validator_keys), HARD_FAILURES)
+        self.intake_lock = threading.Lock()
         self.fetch_q: queue.Queue[tuple[RolloutAnnouncement, str, set[int], str]] = queue.Queue(FETCH_QUEUE)
         self.mailbox = Mailbox()
         self.paused = threading.Event()
@@ -139,9 +140,10 @@ class Trainer:
     def on_announcement(self, item: Any) -> None:
         ann: RolloutAnnouncement = item.message
         origin = getattr(item, "origin", item.from_peer)
-        self.announcements[ann.blob.id] = (ann, item.envelope.signer_hex, origin)
-        while len(self.announcements) > ANNOUNCE_CACHE:
-            self.announcements.popitem(last=False)
+        with self.intake_lock:
+            why = self.intake.announce(item.envelope.digest.hex(), ann, item.envelope.signer_hex, origin)
+        if why is not None:
+            self.ctx.status.incr_label("dropped", why)
 
     def on_verdict(self, item: Any) -> None:
         v: Verdict = item.message
@@ -149,29 +151,24 @@ class Trainer:
             self.ctx.status.incr_label("dropped", "verdict_signer")
             return
         self.ctx.status.incr("verdicts_received")
-        self.ctx.net.add_provider_hint(
-            v.blob_id, getattr(item, "origin", item.from_peer)
-        )  # it holds the blob
-        if v.blob_id in self.consumed:
-            return
-        held = self.announcements.get(v.blob_id)
-        accepted = {g["index"] for g in v.groups if g["accepted"]}
-        if held is None:
-            self.ctx.status.incr_label("dropped", "verdict_unknown_blob")
-            return
-        ann, miner, origin = held
-        if miner != v.miner or ann.version != v.version:
-            self.ctx.status.incr_label("dropped", "verdict_mismatch")
-            return
-        if not accepted:
-            return
-        self.consumed[v.blob_id] = None
-        while len(self.consumed) > 4 * ANNOUNCE_CACHE:
-            self.consumed.popitem(last=False)
-        try:
-            self.fetch_q.put_nowait((ann, miner, accepted, origin))
-        except queue.Full:
-            self.ctx.status.incr_label("dropped", "fetch_queue_full")
+        self.ctx.net.add_provider_hint(v.blob_id, getattr(item, "origin", item.from_peer))  # it holds the blob
+        with self.intake_lock:
+            why = self.intake.verdict(item.envelope.signer_hex, v, time.monotonic())
+        if why == "verdict_veto":
+            self.ctx.status.incr("verdict_vetoes")
+        elif why is not None and why != "verdict_after_decision":
+            self.ctx.status.incr_label("dropped", why)
+        self._release()
+
+    def _release(self) -> None:
+        """Queue the blobs the intake has decided to use (pump and fetch threads both call this)."""
+        with self.intake_lock:
+            jobs = self.intake.ready(time.monotonic())
+        for job in jobs:
+            try:
+                self.fetch_q.put_nowait((job.ann, job.miner, job.accepted, job.origin))
+            except queue.Full:
+                self.ctx.status.incr_label("dropped", "fetch_queue_full")
 
     # -- fetch thread -------------------------------------------------------------------------
     def fetch_loop(self) -> None:
@@ -180,6 +177,7 @@ class Trainer:
             try:
                 ann, miner, accepted, origin = self.fetch_q.get(timeout=0.5)
             except queue.Empty:
+                self._release()  # blobs whose wait for the other validators' verdicts is over
                 continue
             if self.version - ann.version > int(ctx.g.max_staleness):
                 ctx.status.incr_label("dropped", "stale_rollouts")
@@ -190,6 +188,9 @@ class Trainer:
             except Exception as e:
                 ctx.status.incr_label("rollout_fetch_failed", type(e).__name__)
                 log.warning("rollout blob %s unusable: %s", ann.blob.id[:12], e)
+                continue
+            if self.intake.vetoed(miner, ann.blob.id):  # a hard failure arrived during the fetch
+                ctx.status.incr_label("dropped", "vetoed_rollouts")
                 continue
             with self.buffer_lock:
                 for grp in groups:

@@ -2,8 +2,11 @@
 
 It keeps the weights of the last few versions (``keep_states``) so a batch made one or two versions
 ago is checked against the model that made it, and loads them into its one model object on demand.
-Announcements wait (bounded) until the validator holds their version; anything older than the
-staleness bound or never reachable is answered with a soft reject, not silence.
+Announcements wait in a per-signer fair queue (``judgequeue.JudgeQueue``: quotas, standing
+classes, a negative cache, (signer, blob) judged once per staleness window) until the validator holds
+their version; anything older than the staleness bound or never reachable is answered with a soft
+reject, not silence. A blob is first given a short fetch (the availability probe); only one that
+started to arrive gets the full fetch time.
 """
 
 from __future__ import annotations
@@ -12,22 +15,25 @@ import logging
 import queue
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
 
 from p2prl.node.common import generation_params, group_size, open_synced_role, task_of
 from p2prl.node.context import NodeContext
+from p2prl.node.judgequeue import JudgeQueue, key_of
 from p2prl.node.sync import WeightSync
 from p2prl.node.weights import Weights, sha256_of_state
 from p2prl.protocol.messages import PatchManifest, RolloutAnnouncement
 
 log = logging.getLogger(__name__)
 
-QUEUE_MAX = 256  # announcements waiting to be checked
-WAIT_FOR_VERSION_S = 60.0  # how long an announcement from the future waits for our sync
 SCORES_EVERY_S = 5.0
+ROLLOUT_PROBE_S = 3.0  # a blob none of whose bytes arrive this fast is not served: soft reject, strike
 ROLLOUT_FETCH_S = 20.0  # a batch its miner cannot serve soon is not worth blocking the checks for
-CHECKED_BLOBS = 8192  # blob ids already judged: a repeated announcement is dropped, not re-checked
+FETCHERS = 3  # blobs fetched in parallel, off the judging thread; fetcher 0 serves good standing only
+READY_MAX = 4  # fetched blobs waiting to be judged
+_FETCH = object()  # check(): fetch the blob here
 POSITION_TAG = b"p2prl/validator/position-secret/v1"
 
 
@@ -117,10 +123,11 @@ class Validator:
         self.checker = RolloutValidator(
             self.cache.source, tok, task_of(ctx), vcfg, position_secret=position_secret(ctx.identity)
         )
-        self.checked: OrderedDict[str, None] = OrderedDict()
+        self.max_staleness = int(ctx.g.max_staleness)
+        self.jq = JudgeQueue(self.max_staleness)
+        self.jq_cond = threading.Condition()
         self.scores = _make_scores(ctx)
-        self.queue: queue.Queue[tuple[float, Any]] = queue.Queue(QUEUE_MAX)
-        self.waiting: deque[tuple[float, Any]] = deque()
+        self.ready: queue.Queue[tuple[Any, bytes | None]] = queue.Queue(READY_MAX)
         self._last_scores = 0.0
         self.current = start
         ctx.status.set(
@@ -136,10 +143,15 @@ class Validator:
             log.warning("manifest dropped: %s", e)
 
     def on_announcement(self, item: Any) -> None:
-        try:
-            self.queue.put_nowait((time.monotonic(), item))
-        except queue.Full:
-            self.ctx.status.incr_label("dropped", "validator_queue_full")
+        with self.jq_cond:
+            evicted = self.jq.evicted
+            why = self.jq.offer(item)
+            evicted = self.jq.evicted - evicted
+            self.jq_cond.notify()
+        if why is not None:
+            self.ctx.status.incr_label("dropped", why)
+        if evicted:
+            self.ctx.status.incr_label("dropped", "validator_queue_evicted", evicted)
 
     # -- work loop --------------------------------------------------------------------------
     def run(self) -> None:
@@ -149,77 +161,100 @@ class Validator:
                 self.cache.add(w)
                 self.current = w
                 ctx.status.set(weights_sha256=sha256_of_state(w.state))
+                with self.jq_cond:
+                    self.jq.judged.prune(w.version)
             self._maybe_publish_scores()
-            item = self._next()
-            if item is None:
+            try:
+                item, data = self.ready.get(timeout=0.5)
+            except queue.Empty:
                 continue
             try:
-                self.check(item)
+                self.check(item, data)
             except Exception:
                 log.exception("checking an announcement failed")
                 ctx.status.incr_label("check_failed", "exception")
 
-    def _next(self) -> Any:
-        """The next announcement whose version we hold (or that can no longer become checkable)."""
-        now = time.monotonic()
-        while True:
-            try:
-                self.waiting.append(self.queue.get_nowait())
-            except queue.Empty:
-                break
-            if len(self.waiting) > QUEUE_MAX:
-                self.waiting.popleft()
-                self.ctx.status.incr_label("dropped", "validator_queue_full")
-        cur = self.current.version
-        for _ in range(len(self.waiting)):
-            t, item = self.waiting.popleft()
-            ann: RolloutAnnouncement = item.message
-            if ann.version <= cur or now - t > WAIT_FOR_VERSION_S:
-                return item
-            self.waiting.append((t, item))
-        try:
-            self.waiting.append(self.queue.get(timeout=0.5))
-        except queue.Empty:
-            pass
-        return None
+    def fetch_loop(self, lane: int) -> None:
+        """Fetch queued blobs for the judging thread: a blob nobody serves costs a fetcher a probe,
+        never the judge; lane 0 serves only miners in good standing, so a flood cannot take it."""
+        ctx = self.ctx
+        while not ctx.stop.is_set():
+            item = self._next(classes=1 if lane == 0 else 3)
+            if item is None:
+                continue
+            with self.jq_cond:
+                if key_of(item) in self.jq.judged:
+                    ctx.status.incr_label("dropped", "duplicate_announcement")
+                    continue
+            data = self._fetch(item)
+            while not ctx.stop.is_set():
+                try:
+                    self.ready.put((item, data), timeout=0.5)
+                    break
+                except queue.Full:
+                    continue
 
-    def check(self, item: Any) -> Any:
+    def _next(self, classes: int = 3) -> Any:
+        """The next announcement to judge (fair per signer; one whose version we hold or never will)."""
+        with self.jq_cond:
+            item = self.jq.next(self.current.version, classes=classes)
+            if item is None:
+                self.jq_cond.wait(0.5)
+            return item
+
+    def check(self, item: Any, data: Any = _FETCH) -> Any:
         """Fetch the batch, judge it, publish the verdict; returns the BatchVerdict (None: a repeat).
 
-        A blob is judged once: the checker records each prompt index it has seen, so judging the
-        same blob again (a re-gossiped or replayed announcement) would fail it as
-        ``duplicate_index`` and zero an honest miner.
+        A (signer, blob) is judged once in the staleness window: the checker records each prompt
+        index it has seen, so judging the same blob again (a re-gossiped or replayed announcement)
+        would fail it as ``duplicate_index`` and zero an honest miner. Another key announcing the
+        same blob id is judged on its own (and fails: the batch names its real miner).
         """
-        from p2prl.proof.validate import BLOB_MISMATCH, to_verdict
+        from p2prl.proof.validate import BLOB_MISMATCH, _all, to_verdict
 
         ctx = self.ctx
         ann: RolloutAnnouncement = item.message
         miner = item.envelope.signer
-        if ann.blob.id in self.checked:
-            ctx.status.incr_label("dropped", "duplicate_announcement")
-            return None
+        with self.jq_cond:
+            if key_of(item) in self.jq.judged:
+                ctx.status.incr_label("dropped", "duplicate_announcement")
+                return None
         t0 = time.monotonic()
-        try:
-            origin = getattr(item, "origin", item.from_peer)
-            ctx.fetch_rollouts(ann.blob, origin, timeout=min(ctx.config.fetch_timeout_s, ROLLOUT_FETCH_S))
-            data = ctx.store.get(ann.blob.id)
-        except Exception as e:
-            log.warning("rollout blob %s unavailable: %s", ann.blob.id[:12], e)
-            from p2prl.proof.validate import _all
-
+        if data is _FETCH:
+            data = self._fetch(item)
+        if data is None:
+            with self.jq_cond:
+                self.jq.unfetchable(item)
             bv = _all(ann.groups, BLOB_MISMATCH)
-            data = None
-        if data is not None:
-            self.checked[ann.blob.id] = None
-            while len(self.checked) > CHECKED_BLOBS:
-                self.checked.popitem(last=False)
+        else:
+            with self.jq_cond:
+                self.jq.judged.add(key_of(item), ann.version)
             bv = self.checker.check(ann, miner, data, self.current.version)
-        verdict = to_verdict(bv, ann, miner)
+            with self.jq_cond:
+                self.jq.judged_ok(item, bool(bv.valid_groups), bool(bv.hard_failure))
+        verdict = replace(to_verdict(bv, ann, miner), announcement=item.envelope.digest.hex())
         ctx.publish("verdicts", verdict)
-        self._record(ann, miner, bv, time.monotonic() - t0)
+        self._record(ann, miner, bv, time.monotonic() - t0, judged=data is not None)
         return bv
 
-    def _record(self, ann: RolloutAnnouncement, miner: bytes, bv: Any, secs: float) -> None:
+    def _fetch(self, item: Any) -> bytes | None:
+        """The blob's bytes, or None: a short probe first, the full fetch only if bytes arrived."""
+        ctx, ann = self.ctx, item.message
+        origin = getattr(item, "origin", item.from_peer)
+        arrived = threading.Event()
+        full = min(ctx.config.fetch_timeout_s, ROLLOUT_FETCH_S)
+        for timeout in (min(ROLLOUT_PROBE_S, full), full - ROLLOUT_PROBE_S):
+            try:
+                ctx.fetch_rollouts(ann.blob, origin, timeout, on_progress=lambda d, _t: d and arrived.set())
+                return ctx.store.get(ann.blob.id)
+            except Exception as e:
+                log.warning("rollout blob %s unavailable: %s", ann.blob.id[:12], e)
+                if not arrived.is_set() or timeout <= 0:
+                    break
+        ctx.status.incr_label("rollout_unfetchable", "probe" if not arrived.is_set() else "fetch")
+        return None
+
+    def _record(self, ann: RolloutAnnouncement, miner: bytes, bv: Any, secs: float, judged: bool) -> None:
         st = self.ctx.status
         acc = sum(1 for g in bv.groups if g.accepted)
         st.incr("batches_checked")
@@ -234,7 +269,9 @@ class Validator:
         total = sum(r.reward for grp in bv.valid_groups for r in grp.rollouts)
         count = sum(len(grp.rollouts) for grp in bv.valid_groups)
         st.add_reward(ann.version, total, count)
-        self.scores.record(miner.hex(), ann.version, int(bv.unique_rollouts), bool(bv.hard_failure))
+        cur = self.current.version
+        if judged and cur - self.max_staleness <= ann.version <= cur:  # a claimed version moves nothing
+            self.scores.record(miner.hex(), ann.version, int(bv.unique_rollouts), bool(bv.hard_failure), cur)
         st.set_scores(self.scores.scores(self.current.version))
         log.info(
             "verdict %s v%d from %s: %d/%d groups accepted %s",
@@ -251,9 +288,9 @@ class Validator:
         if now - self._last_scores < SCORES_EVERY_S:
             return
         self._last_scores = now
-        scores = self.scores.scores(self.current.version)
-        if scores:
-            self.ctx.publish("verdicts", self.scores.to_message(self.current.version))
+        if self.scores.scores(self.current.version):
+            for msg in self.scores.to_messages(self.current.version):
+                self.ctx.publish("verdicts", msg)
 
     def holds(self) -> list[str]:
         return [m.blob.id for m in self.book.all()[-8:] if self.ctx.store.has(m.blob.id)]
@@ -266,6 +303,8 @@ class Validator:
         )
         self.ctx.spawn("sync", self.sync.run)
         self.ctx.spawn("validate", self.run)
+        for lane in range(FETCHERS):
+            self.ctx.spawn(f"fetch{lane}", lambda lane=lane: self.fetch_loop(lane))
 
 
 def _make_scores(ctx: NodeContext) -> Any:

@@ -2,8 +2,12 @@
 
 A miner's score at version ``v`` is the number of unique rollouts the validator accepted from it for
 versions ``v - window + 1 .. v``, or 0 while a hard failure (proof of cheating) lies in that window.
-Memory is bounded: at most ``max_miners`` miners (the least recently active are forgotten first) and
-one counter per version in the window each.
+Only the validator's own version moves the window: a batch claiming a version outside
+``[current - window + 1, current]`` counts for nothing (one claim of version 2^40 once zeroed
+everyone). Memory is bounded: at most ``max_miners`` miners, and when full the miners scoring zero
+(nothing valid in the window, or a hard failure) are forgotten first, then the least recently active,
+so Sybil keys with rejected batches cannot push out miners with valid work. The gossiped message
+omits zeros and is split in parts of ``PER_MESSAGE`` entries, so it stays under its size bound.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from p2prl.protocol.messages import Scores
+
+PER_MESSAGE = 1024  # entries per Scores message: about 80 KiB, under its 128 KiB bound
 
 
 @dataclass
@@ -31,11 +37,25 @@ class ScoreBook:
         self._miners: OrderedDict[str, _MinerWindow] = OrderedDict()
         self.latest = 0
 
-    def record(self, miner: str, version: int, valid_unique: int, hard_failure: bool = False) -> None:
-        """Add one batch's outcome (``miner`` hex key, the version its rollouts claim)."""
+    def record(
+        self,
+        miner: str,
+        version: int,
+        valid_unique: int,
+        hard_failure: bool = False,
+        current: int | None = None,
+    ) -> None:
+        """Add one judged batch's outcome (``miner`` hex key, the version its rollouts claim).
+
+        ``current`` is the validator's own version (default: ``version``); a batch outside the window
+        ending there is ignored, and only ``current`` advances the window.
+        """
         if valid_unique < 0:
             raise ValueError("valid_unique must be >= 0")
-        self.latest = max(self.latest, version)
+        cur = version if current is None else current
+        self.latest = max(self.latest, cur)
+        if not self.latest - self.window < version <= self.latest:
+            return
         w = self._miners.pop(miner, None) or _MinerWindow()
         self._miners[miner] = w
         if hard_failure:
@@ -43,8 +63,16 @@ class ScoreBook:
         elif valid_unique:
             w.counts[version] = w.counts.get(version, 0) + valid_unique
         self._prune(w, self.latest)
-        while len(self._miners) > self.max_miners:
-            self._miners.popitem(last=False)
+        if len(self._miners) > self.max_miners:
+            self._evict()
+
+    def _evict(self) -> None:
+        """Forget one miner: the least recently active scoring zero, else the least recently active."""
+        for m in self._miners:
+            if self.score(m) == 0:
+                del self._miners[m]
+                return
+        self._miners.popitem(last=False)
 
     def _prune(self, w: _MinerWindow, current: int) -> None:
         lo = current - self.window + 1
@@ -67,6 +95,12 @@ class ScoreBook:
         return {m: self.score(m, cur) for m in self._miners}
 
     def to_message(self, current: int | None = None) -> Scores:
-        """The Scores body a validator signs and gossips."""
+        """One Scores body with every non-zero score (at most ``PER_MESSAGE``: see ``to_messages``)."""
+        return self.to_messages(current)[0]
+
+    def to_messages(self, current: int | None = None, per_message: int = PER_MESSAGE) -> list[Scores]:
+        """The Scores bodies a validator signs and gossips: non-zero scores, highest first, in parts."""
         cur = self.latest if current is None else current
-        return Scores(version=cur, window=self.window, scores=self.scores(cur))
+        ranked = sorted(((s, m) for m, s in self.scores(cur).items() if s > 0), reverse=True)
+        parts = [ranked[i : i + per_message] for i in range(0, len(ranked), per_message)] or [[]]
+        return [Scores(version=cur, window=self.window, scores={m: s for s, m in p}) for p in parts]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from p2prl.crypto.canonical import canonical_bytes
 from p2prl.crypto.keys import Identity
@@ -141,7 +141,13 @@ def examples() -> Iterator[Example]:
         ),
     ]
     for who, ident, msg in messages:
-        yield Example(who, msg, encode_message(ident, NETWORK, msg))
+        raw = encode_message(ident, NETWORK, msg)
+        if isinstance(msg, RolloutAnnouncement):  # the verdict below judged this very envelope
+            judged = hashlib.sha256(raw).hexdigest()
+        if isinstance(msg, Verdict):
+            msg = replace(msg, announcement=judged)
+            raw = encode_message(ident, NETWORK, msg)
+        yield Example(who, msg, raw)
 
 
 SECTION = "## 8. Worked examples"

@@ -186,7 +186,11 @@ class RolloutAnnouncement:
 
 @dataclass(frozen=True)
 class Verdict:
-    """A validator's judgement of one rollout blob: per-group accept/reject with reason codes."""
+    """A validator's judgement of one rollout blob: per-group accept/reject with reason codes.
+
+    ``announcement`` is the sha256 of the announcement envelope judged: it binds the verdict to that
+    signed announcement, so another key announcing the same blob id can never borrow it.
+    """
 
     TYPE: ClassVar[str] = "verdict"
     MAX_BYTES: ClassVar[int] = 128 * 1024
@@ -195,6 +199,7 @@ class Verdict:
     miner: str
     version: int
     groups: tuple[dict[str, Any], ...]  # {"index": int, "accepted": bool, "reason": str}
+    announcement: str = ""  # sha256 hex of the judged announcement envelope (required on the wire)
     created_ms: int = field(default_factory=now_ms)
 
     @property
@@ -207,6 +212,7 @@ class Verdict:
             "miner": self.miner,
             "version": self.version,
             "groups": list(self.groups),
+            "announcement": self.announcement,
             "created_ms": self.created_ms,
         }
 
@@ -229,6 +235,7 @@ class Verdict:
             miner=hex_field(b, "miner", 32),
             version=int_field(b, "version", 0, MAX_VERSION),
             groups=tuple(checked),
+            announcement=hex_field(b, "announcement", 32),
             created_ms=int_field(b, "created_ms"),
         )
 

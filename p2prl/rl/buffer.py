@@ -3,7 +3,10 @@
 The trainer never waits on it: ``sample`` returns what is there (possibly fewer than asked, possibly
 nothing). Groups are preferred the fresher they are — weight ``0.5 ** (staleness / half_life)`` with
 ``staleness = trainer_version − group.version`` — and dropped once ``staleness > max_staleness``.
-Memory is bounded by ``capacity_groups``: when full, the stalest group goes first.
+Memory is bounded by ``capacity_groups``: when full, the miner holding the most groups loses its
+stalest one. Sampling is fair across miners: each batch takes groups round-robin over the miners
+present (each miner's own groups by staleness weight), so one miner flooding fresh groups can
+neither push the others out nor fill whole training batches.
 """
 
 from __future__ import annotations
@@ -44,17 +47,21 @@ class ReplayBuffer:
         return float(0.5 ** (staleness / self.half_life))
 
     def add(self, group: RolloutGroup) -> bool:
-        """Store a group; when full, the stalest stored group (or this one, if stalest) is dropped.
+        """Store a group; when full, the stalest group of the miner holding most (perhaps this one) goes.
 
-        Returns False when the group itself was dropped (already too stale, or the stalest when full).
+        Returns False when the group itself was dropped (already too stale, or that stalest one).
         """
         with self._lock:
             if self._trainer_version - group.version > self.max_staleness:
                 self.evicted_stale += 1
                 return False
             if len(self._groups) >= self.capacity_groups:
-                i = min(range(len(self._groups)), key=lambda j: self._groups[j].version)
-                if self._groups[i].version > group.version:
+                held = Counter(g.miner for g in self._groups)
+                held[group.miner] += 1
+                top = max(held.values())
+                mine = [j for j, g in enumerate(self._groups) if held[g.miner] == top]
+                i = min(mine, key=lambda j: self._groups[j].version) if mine else -1
+                if i < 0 or (held[group.miner] == top and self._groups[i].version > group.version):
                     self.dropped_full += 1
                     return False
                 self._groups[i] = self._groups[-1]
@@ -77,20 +84,25 @@ class ReplayBuffer:
         return n
 
     def sample(self, trainer_version: int, n: int, consume: bool = True) -> list[RolloutGroup]:
-        """Up to ``n`` distinct groups drawn without replacement by staleness weight (never blocks).
+        """Up to ``n`` distinct groups drawn without replacement, fair across miners (never blocks).
 
         Evicts stale groups first. Groups claiming a version newer than ``trainer_version`` are skipped.
-        Uses weighted random keys ``u ** (1 / w)`` (Efraimidis–Spirakis), highest first.
+        Each group gets a weighted random key ``u ** (1 / w)`` (Efraimidis–Spirakis); miners then
+        give one group each per round, their highest keys first, until ``n`` are taken.
         """
         with self._lock:
             self._evict_locked(trainer_version)
-            keyed = []
+            per_miner: dict[str, list[tuple[float, int]]] = {}
             for i, g in enumerate(self._groups):
                 w = self.weight(trainer_version - g.version)
                 if w > 0:
-                    keyed.append((self._rng.random() ** (1.0 / w), i))
+                    per_miner.setdefault(g.miner, []).append((self._rng.random() ** (1.0 / w), i))
+            lists = [sorted(v, reverse=True) for v in per_miner.values()]
+            keyed: list[tuple[int, float, int]] = []  # (round, key, index): round-robin over miners
+            for lst in lists:
+                keyed.extend((-r, k, i) for r, (k, i) in enumerate(lst[: max(n, 0)]))
             keyed.sort(reverse=True)
-            chosen = sorted(i for _, i in keyed[: max(n, 0)])
+            chosen = sorted(i for _, _, i in keyed[: max(n, 0)])
             out = [self._groups[i] for i in chosen]
             if consume and chosen:
                 drop = set(chosen)

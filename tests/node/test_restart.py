@@ -99,7 +99,8 @@ def test_miner_and_validator_restart_from_stored_weights(make_net, wait_for, s3)
         # a repeated announcement of a judged blob is dropped, not re-checked (which would fail it
         # as duplicate_index and zero an honest miner)
         again = replayed_announcement(m, net)
-        wait_for(lambda: again.message.blob.id in v.role.checked, 60, "the batch checked")
+        key = (again.envelope.signer_hex, again.message.blob.id)
+        wait_for(lambda: key in v.role.jq.judged, 60, "the batch checked")
         v.role.on_announcement(again)
         dropped = lambda: v.ctx.status.snapshot()["labelled"].get("dropped", {})  # noqa: E731
         wait_for(lambda: dropped().get("duplicate_announcement", 0) >= 1, 30, "replay dropped")

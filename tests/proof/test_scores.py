@@ -46,3 +46,21 @@ def test_bounded_and_message() -> None:
         s.record(A, 1, -1)
     with pytest.raises(ValueError):
         ScoreBook(window=0)
+
+
+def test_sybil_keys_do_not_evict_miners_with_valid_work() -> None:
+    """Item 11: 4,096 keys whose batches failed must not push a miner with valid work out of the book."""
+    s = ScoreBook(window=8)
+    s.record(A, 3, 10)
+    for i in range(4096):
+        s.record(f"{i:064x}", 3, 0, True)
+    assert s.score(A) == 10
+
+
+def test_claimed_version_does_not_move_the_window() -> None:
+    """Item 3: a batch claiming a far version counts for nothing when the validator's version is given."""
+    s = ScoreBook(window=3)
+    s.record(A, 5, 10, current=5)
+    s.record(B, 2**40, 0, current=5)
+    s.record(B, 1, 4, current=5)  # older than the window
+    assert s.latest == 5 and s.scores() == {A: 10}

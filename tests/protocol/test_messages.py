@@ -44,7 +44,7 @@ def samples():
         PatchManifest(3, 2, H, H, "delta", "p2pz1", ref(), 0),
         PatchManifest(10, 10, "", H, "anchor", "safetensors", ref(), 10),
         RolloutAnnouncement(3, H, ref(), 4, H),
-        Verdict(H, TRAINER.public_hex, 3, ({"index": 0, "accepted": True, "reason": "ok"},)),
+        Verdict(H, TRAINER.public_hex, 3, ({"index": 0, "accepted": True, "reason": "ok"},), announcement=H),
         Scores(3, 8, {TRAINER.public_hex: 5}),
         Heartbeat("miner", 3, "12D3KooW", ("/ip4/127.0.0.1/tcp/1",), (H,), {"rollouts": 2}),
     ]

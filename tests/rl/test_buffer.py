@@ -78,3 +78,18 @@ def test_concurrent_add_and_sample_stay_bounded() -> None:
         t.join()
     assert len(buf) <= 50 and taken
     assert sum(buf.histogram().values()) == len(buf)
+
+
+def test_one_miner_cannot_capture_the_buffer() -> None:
+    """Item 14: a miner flooding fresher groups neither evicts another miner's groups nor fills
+    whole training batches."""
+    buf = ReplayBuffer(max_staleness=4, half_life=1.0, capacity_groups=256)
+    for _ in range(32):
+        assert buf.add(group(4, tag=1))  # an honest miner, one version behind
+    for _ in range(1024):
+        buf.add(group(5, tag=2))  # the flooder, fresher
+    assert len(buf) == 256
+    held = Counter(g.miner for g in buf.sample(5, 256, consume=False))
+    assert held["1"] == 32
+    taken = Counter(g.miner for _ in range(4) for g in buf.sample(5, 8))
+    assert taken["1"] == 16 and taken["2"] == 16

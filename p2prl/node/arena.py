@@ -1,0 +1,156 @@
+"""A small network in one process for attack tests and the flood benchmark: real hosts, real roles.
+
+A trainer, genesis validators and any number of plain hosts (miners, attackers) are real
+NodeContexts (libp2p hosts on 127.0.0.1, all bootstrapped to the trainer); the Trainer and
+Validator objects are the real roles, built but not started, so a caller decides which of their
+threads run. Honest batches are really mined on a validator's model.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from p2prl.crypto.keys import Identity, load_or_create_identity
+from p2prl.net.identity import peer_id_for
+from p2prl.node.common import generation_params, group_size, groups_per_batch, task_of
+from p2prl.node.config import NodeConfig
+from p2prl.node.context import NodeContext, build_context
+from p2prl.node.genesis import write_genesis
+from p2prl.node.netinit import NetworkSpec, base_model_info, genesis_from_spec
+from p2prl.node.supervisor import free_port
+from p2prl.protocol.messages import RolloutAnnouncement, decode_message, encode_message
+
+NETWORK = "arena-net"
+
+
+def delivered(identity: Identity, msg: Any, origin: str | None = None) -> SimpleNamespace:
+    """``msg`` signed by ``identity`` and verified, as the gossip layer hands it to a role."""
+    env, parsed = decode_message(encode_message(identity, NETWORK, msg), NETWORK)
+    peer = origin or peer_id_for(identity)
+    return SimpleNamespace(message=parsed, envelope=env, from_peer=peer, origin=peer)
+
+
+@dataclass
+class Arena:
+    root: Path
+    ids: dict[str, Identity]
+    trainer: Any
+    validators: list[Any]
+    hosts: list[NodeContext]  # plain hosts: hosts[0] serves the honest miners' blobs
+    contexts: list[NodeContext] = field(default_factory=list)
+    _next_index: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def validator(self) -> Any:
+        return self.validators[0]
+
+    @property
+    def miner_ctx(self) -> NodeContext:
+        return self.hosts[0]
+
+    def mine(self, miner: Identity, serve: bool = True) -> tuple[bytes, RolloutAnnouncement]:
+        """A genuine batch of ``miner`` at version 0 (served by the miner host unless ``serve`` is False)."""
+        from p2prl.proof.miner import mine_batch
+
+        v = self.validator
+        ctx = v.ctx
+        first = self._next_index.get(miner.public_hex, 0)
+        n = groups_per_batch(ctx)
+        self._next_index[miner.public_hex] = first + n
+        prep = mine_batch(
+            v.engine,
+            task_of(ctx),
+            0,
+            v.current.hash,
+            miner.public_key,
+            list(range(first, first + n)),
+            group_size(ctx),
+            generation_params(ctx, seed=first),
+        )
+        if serve:
+            self.serve(prep.blob, prep.announcement)
+        return prep.blob, prep.announcement
+
+    def serve(self, data: bytes, ann: RolloutAnnouncement) -> None:
+        self.miner_ctx.store.put(data, expected_id=ann.blob.id)
+        self.miner_ctx.store.pin([ann.blob.id])
+        self.miner_ctx.net.serve(ann.blob)
+
+    def announce(self, identity: Identity, ann: RolloutAnnouncement) -> SimpleNamespace:
+        """``ann`` signed by ``identity``, as published from the miner host (which serves the blobs)."""
+        return delivered(identity, ann, origin=self.miner_ctx.net.peer_id)
+
+    def close(self) -> None:
+        for ctx in self.contexts:
+            ctx.stop.set()
+        for ctx in self.contexts:
+            ctx.join(10)
+            ctx.net.stop()
+
+
+def make_arena(tmp: Path, model_cache: Path, validators: int = 2, hosts: int = 1, groups: int = 2) -> Arena:
+    """Build (not start) a trainer, ``validators`` validators and ``hosts`` plain hosts, connected."""
+    from p2prl.node.trainer import Trainer
+    from p2prl.node.validator import Validator
+
+    vnames = [f"validator{i}" for i in range(validators)]
+    hnames = [f"miner{i}" for i in range(hosts)]
+    names = ["trainer", *vnames, *hnames]
+    ids = {n: load_or_create_identity(tmp / n / "node.key") for n in names}
+    port = free_port()
+    spec = NetworkSpec(
+        network_id=NETWORK,
+        validators=[ids[n].public_hex for n in vnames],
+        bootstrap=[f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id_for(ids['trainer'])}"],
+        max_new_tokens=4,
+        group_size=4,
+        groups_per_batch=groups,
+        anchor_interval=3,
+        chunk_size=64 * 1024,
+    )
+    genesis = write_genesis(
+        genesis_from_spec(spec, ids["trainer"], base_model_info(model_cache)), tmp / "genesis.json"
+    )
+
+    def cfg(name: str) -> NodeConfig:
+        role = "miner" if name.startswith("miner") else name.rstrip("0123456789")
+        return NodeConfig(
+            role=role,  # type: ignore[arg-type]
+            network=genesis,
+            data_dir=tmp / name,
+            listen=f"/ip4/127.0.0.1/tcp/{port if role == 'trainer' else 0}",
+            model_cache=model_cache,
+            s3_enable=False,
+            status_port=-1,
+        )
+
+    contexts: list[NodeContext] = []
+    try:
+        for n in names:
+            contexts.append(build_context(cfg(n)))
+        t_ctx, v_ctxs, h_ctxs = contexts[0], contexts[1 : 1 + validators], contexts[1 + validators :]
+        trainer = Trainer(t_ctx)
+        roles = [Validator(c) for c in v_ctxs]
+        for v in v_ctxs:
+            for h in h_ctxs:
+                v.net.connect(f"{h.net.addrs[0]}/p2p/{h.net.peer_id}")
+        _wait_connected(t_ctx, {c.net.peer_id for c in contexts[1:]})
+        time.sleep(1.5)  # gossip meshes form on the heartbeat after connecting
+    except BaseException:
+        for ctx in contexts:
+            ctx.net.stop()
+        raise
+    return Arena(tmp, ids, trainer, roles, h_ctxs, contexts)
+
+
+def _wait_connected(ctx: NodeContext, peers: set[str], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if peers <= {p.peer_id for p in ctx.net.peers() if p.connected}:
+            return
+        time.sleep(0.2)
+    raise RuntimeError("the arena's hosts did not connect")

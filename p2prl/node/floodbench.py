@@ -1,0 +1,256 @@
+"""``p2prl bench flood``: honest batches judged per minute, and their latency, under an announcement flood.
+
+A real trainer (pump and fetch threads) and a real validator (pump, fetch and judging threads) on
+127.0.0.1; honest miners' genuine batches are announced at a steady pace from the host that serves
+them. Each phase runs ``seconds``: first without attackers, then with attacker hosts, each in its
+own process and connected to the validator and the miner host, that publish announcements at 90% of
+the per-peer gossip limit signed by a pool of fresh keys: half name blobs nobody serves, half squat
+the latest honest announcement they have seen. A batch counts as judged when
+the trainer has released it for training on the validator's verdict; latency is from announcement to
+that moment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import os
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from p2prl.crypto.keys import Identity
+from p2prl.net.config import Limits
+from p2prl.node.arena import NETWORK, Arena, make_arena
+from p2prl.protocol.blobs import blob_ref_for
+from p2prl.protocol.messages import RolloutAnnouncement, Verdict, encode_message
+
+
+def _start_roles(a: Arena) -> None:
+    """The validator's pump and judging loop, the trainer's pump and fetch loop (no training)."""
+    v, t = a.validator, a.trainer
+    v.start()
+    t.ctx.spawn_pump(
+        {RolloutAnnouncement.TYPE: t.on_announcement, Verdict.TYPE: t.on_verdict}, t.holds, lambda: t.version
+    )
+    t.ctx.spawn("fetch", t.fetch_loop)
+
+
+def _released(t: Any, key: tuple[str, str]) -> bool:
+    with t.intake_lock:
+        return key in t.intake.done and not t.intake.done[key]
+
+
+def _junk(n: int, squat: RolloutAnnouncement | None) -> RolloutAnnouncement:
+    """The ``n``-th flood announcement: odd ones re-sign ``squat`` (an honest miner's), even ones name
+    a blob nobody serves."""
+    if n % 2 and squat is not None:
+        return dataclasses.replace(squat, created_ms=squat.created_ms + n)
+    return RolloutAnnouncement(
+        version=0,
+        manifest_hash="00" * 32,
+        blob=blob_ref_for(os.urandom(4096), chunk_size=64 * 1024),
+        groups=2,
+        commitment_root="00" * 32,
+    )
+
+
+def _attack(
+    root: str, model_cache: str, n: int, keys: int, rate: float, seconds: float, dial: list[str]
+) -> None:
+    """One attacker host, in its own process: junk announcements at ``rate`` per second from ``keys``
+    keys for ``seconds``; every second one squats the latest honest announcement it has seen."""
+    from p2prl.node.config import NodeConfig
+    from p2prl.node.context import build_context
+
+    ctx = build_context(
+        NodeConfig(
+            role="miner",
+            network=Path(root) / "genesis.json",
+            data_dir=Path(root) / f"attacker{n}",
+            listen="/ip4/127.0.0.1/tcp/0",
+            model_cache=Path(model_cache),
+            s3_enable=False,
+            status_port=-1,
+        )
+    )
+    ids = [Identity.generate() for _ in range(keys)]
+    mine = {i.public_key for i in ids}
+    topic = ctx.topic("rollouts")
+    latest: RolloutAnnouncement | None = None
+    try:
+        for addr in dial:
+            ctx.net.connect(addr)
+        time.sleep(2.0)
+        t0, sent = time.monotonic(), 0
+        while time.monotonic() - t0 < seconds:
+            for item in ctx.net.poll(timeout=0):
+                if item.envelope.type == RolloutAnnouncement.TYPE and item.envelope.signer not in mine:
+                    latest = item.message
+            ann = _junk(sent, latest)
+            try:
+                ctx.net.publish(topic, encode_message(ids[sent % keys], NETWORK, ann))
+            except Exception:
+                pass
+            sent += 1
+            time.sleep(max(0.0, t0 + sent / rate - time.monotonic()))
+    finally:
+        ctx.net.stop()
+
+
+def _inject(
+    a: Arena,
+    rate: float,
+    keys: int,
+    latest: list[RolloutAnnouncement],
+    stop: threading.Event,
+    counts: list[int],
+) -> None:
+    """The same flood delivered straight to the validator's and trainer's handlers, as their pumps
+    would at ``rate`` per second: the roles' own limits under full load, whatever gossip lets through."""
+    from p2prl.node.arena import delivered
+
+    ids = [Identity.generate() for _ in range(keys)]
+    t0, sent = time.monotonic(), 0
+    while not stop.is_set():
+        item = delivered(ids[sent % keys], _junk(sent, latest[-1]))
+        a.validator.on_announcement(item)
+        a.trainer.on_announcement(item)
+        sent += 1
+        stop.wait(max(0.0, t0 + sent / rate - time.monotonic()))
+    counts.append(sent)
+
+
+def _phase(
+    a: Arena,
+    batches: list[tuple[Identity, RolloutAnnouncement]],
+    seconds: float,
+    every: float,
+    sent_log: list[RolloutAnnouncement] | None = None,
+) -> dict[str, Any]:
+    """Announce ``batches`` every ``every`` s for ``seconds``; judged per minute and latencies."""
+    t, host = a.trainer, a.miner_ctx
+    topic = host.topic("rollouts")
+    sent: dict[tuple[str, str], float] = {}
+    lat: dict[tuple[str, str], float] = {}
+    t0 = time.monotonic()
+    i = 0
+    while time.monotonic() - t0 < seconds and i < len(batches):
+        miner, ann = batches[i]
+        key = (miner.public_hex, ann.blob.id)
+        host.net.publish(topic, encode_message(miner, NETWORK, ann))
+        sent[key] = time.monotonic()
+        if sent_log is not None:
+            sent_log.append(ann)
+        i += 1
+        nxt = t0 + i * every
+        while time.monotonic() < nxt:
+            for k, s in sent.items():
+                if k not in lat and _released(t, k):
+                    lat[k] = time.monotonic() - s
+            time.sleep(0.02)
+    end = time.monotonic() + 10.0  # latecomers announced near the end
+    while time.monotonic() < end and len(lat) < len(sent):
+        for k, s in sent.items():
+            if k not in lat and _released(t, k):
+                lat[k] = time.monotonic() - s
+        time.sleep(0.05)
+    ls = sorted(lat.values())
+    return {
+        "announced": len(sent),
+        "judged": len(ls),
+        "per_minute": len(ls) * 60.0 / seconds,
+        "latency_p50_s": statistics.median(ls) if ls else None,
+        "latency_p95_s": ls[int(0.95 * (len(ls) - 1))] if ls else None,
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class FloodSpec:
+    seconds: float = 30.0  # each phase
+    every: float = 1.5  # seconds between honest announcements
+    miners: int = 4  # honest keys
+    attackers: int = 2  # attacker processes, each at 90% of the per-peer gossip limit
+    keys: int = 500  # signing keys per attacker
+    inject: bool = False  # deliver the flood straight to the roles' handlers instead of by gossip
+
+
+def run(model_cache: Path, spec: FloodSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
+    seconds, every, miners, attackers, keys, inject = dataclasses.astuple(spec)
+    rate = 0.9 * Limits().peer_msgs_per_s
+    n = int(seconds / every) + 2
+    with tempfile.TemporaryDirectory(prefix="p2prl-flood-") as tmp:
+        a = make_arena(Path(tmp), model_cache, validators=1, hosts=1)
+        try:
+            honest = [Identity.generate() for _ in range(miners)]
+            log(f"mining {2 * n + miners} honest batches ...")
+            warm = [(m, a.mine(m)[1]) for m in honest]
+            plain = [(honest[k % miners], a.mine(honest[k % miners])[1]) for k in range(n)]
+            flooded = [(honest[k % miners], a.mine(honest[k % miners])[1]) for k in range(n)]
+            _start_roles(a)
+            log("warm-up: each honest miner's first batch")
+            _phase(a, warm, miners * 0.5, 0.5)
+            log(f"phase 1: no flood, {seconds:.0f} s")
+            base = _phase(a, plain, seconds, every)
+            roles = {"validator": a.validator.ctx, "trainer": a.trainer.ctx}
+            dial = [f"{c.net.addrs[0]}/p2p/{c.net.peer_id}" for c in (a.validator.ctx, a.miner_ctx)]
+            procs = [
+                mp.get_context("spawn").Process(
+                    target=_attack,
+                    args=(tmp, str(model_cache), k, keys, rate, seconds + 6.0, dial),
+                    daemon=True,
+                )
+                for k in range(0 if inject else attackers)
+            ]
+            latest = [flooded[0][1]]
+            stop, counts = threading.Event(), []
+            threads = [
+                threading.Thread(target=_inject, args=(a, rate, keys, latest, stop, counts), daemon=True)
+                for _ in range(attackers if inject else 0)
+            ]
+            for p in procs:
+                p.start()
+            for th in threads:
+                th.start()
+            how = "straight to the handlers" if inject else "attacker processes, by gossip"
+            log(f"phase 2: {attackers} flooders ({how}) at {rate:.0f} msg/s each from {keys} keys each")
+            time.sleep(2.0 if inject else 6.0)  # the attackers start, connect and reach their rate
+            seen0 = {n: c.net.stats().get("gossip_in", 0) for n, c in roles.items()}
+            under = _phase(a, flooded, seconds, every, sent_log=latest)
+            delivered = {
+                n: (c.net.stats().get("gossip_in", 0) - seen0[n]) / seconds for n, c in roles.items()
+            }
+            stop.set()
+            for th in threads:
+                th.join(10)
+            for p in procs:
+                p.join(30)
+                if p.is_alive():
+                    p.kill()
+            vlab = a.validator.ctx.status.snapshot()["labelled"].get("dropped", {})
+            tlab = a.trainer.ctx.status.snapshot()["labelled"].get("dropped", {})
+            checked = a.validator.ctx.status.counter("batches_checked")
+        finally:
+            a.close()
+    ratio = under["per_minute"] / base["per_minute"] if base["per_minute"] else 0.0
+    return {
+        "seconds": seconds,
+        "every_s": every,
+        "miners": miners,
+        "attackers": attackers,
+        "keys_per_attacker": keys,
+        "inject": inject,
+        "injected": sum(counts),
+        "flood_msgs_per_s": rate * attackers,  # offered; gossip_in_per_s_under_flood: what arrived
+        "no_flood": base,
+        "flood": under,
+        "ratio": ratio,
+        "validator_dropped": vlab,
+        "trainer_dropped": tlab,
+        "gossip_in_per_s_under_flood": delivered,
+        "validator_batches_checked": checked,
+    }
