@@ -122,6 +122,7 @@ def examples() -> Iterator[Example]:
                     {"index": 0, "accepted": True, "reason": "ok"},
                     {"index": 1, "accepted": False, "reason": "reward_mismatch"},
                 ),
+                announcement="0" * 64,  # replaced below by the digest of the announcement above
                 created_ms=CREATED_MS,
             ),
         ),
@@ -140,13 +141,13 @@ def examples() -> Iterator[Example]:
             ),
         ),
     ]
+    judged = ""
     for who, ident, msg in messages:
-        raw = encode_message(ident, NETWORK, msg)
-        if isinstance(msg, RolloutAnnouncement):  # the verdict below judged this very envelope
-            judged = hashlib.sha256(raw).hexdigest()
-        if isinstance(msg, Verdict):
+        if isinstance(msg, Verdict):  # it judged the announcement envelope made just before
             msg = replace(msg, announcement=judged)
-            raw = encode_message(ident, NETWORK, msg)
+        raw = encode_message(ident, NETWORK, msg)
+        if isinstance(msg, RolloutAnnouncement):
+            judged = hashlib.sha256(raw).hexdigest()
         yield Example(who, msg, raw)
 
 
