@@ -3,8 +3,10 @@ trainer's other accepted batches, which it takes from the validators that hold t
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
+from dataclasses import replace
 
 from p2prl.net.node import P2PNode
 from p2prl.net.store import BlobStore
@@ -40,9 +42,13 @@ def test_stalled_miner_does_not_hold_up_other_batches(make_net, tmp_path) -> Non
         deadline = time.monotonic() + 40
         while not ctx.store.has(refs[1].id) and time.monotonic() < deadline:
             for ann in anns:  # A first, then B; re-signed each round until the mesh carries them
-                miner.publish(ctx.topic("rollouts"), encode_message(miner.identity, ctx.network_id, ann))
+                raw = encode_message(miner.identity, ctx.network_id, ann)
+                miner.publish(ctx.topic("rollouts"), raw)
                 time.sleep(0.3)
-                v = to_verdict(accept, ann, miner.identity.public_key)
+                v = replace(
+                    to_verdict(accept, ann, miner.identity.public_key),
+                    announcement=hashlib.sha256(raw).hexdigest(),  # the verdict binds this envelope
+                )
                 validator.publish(
                     ctx.topic("verdicts"), encode_message(validator.identity, ctx.network_id, v)
                 )
