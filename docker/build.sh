@@ -8,11 +8,11 @@
 # as p2prl-base:bookworm. The root's tarball is cached, so the next build on a fresh engine imports it
 # in seconds. P2PRL_BASE_IMAGE=<image> forces a base; P2PRL_BASE_IMAGE=local forces the debootstrap one.
 #
-# Wheels: the CPU torch wheel (and, unless P2PRL_WHEELS=torch, every dependency as a wheel, with a
-# constraints file pinning their versions) is collected by the host's pip into a cached wheel
-# directory and handed to the build (docker/wheels/, git-ignored). pip inside the build still
-# reaches the package index, with the host's CA bundle as a BuildKit secret
-# (P2PRL_CA_BUNDLE, default /etc/ssl/certs/ca-certificates.crt) for TLS-inspecting proxies.
+# Wheels: the CPU torch wheel is collected by the host's pip into a cached wheel directory and handed
+# to the build (docker/wheels/, git-ignored); the other packages come from the package index, which
+# pip inside the build reaches with the host's CA bundle as a BuildKit secret (P2PRL_CA_BUNDLE,
+# default /etc/ssl/certs/ca-certificates.crt: for TLS-inspecting proxies). P2PRL_WHEELS=all instead
+# builds every dependency as a wheel on the host, pins their versions, and installs from them alone.
 #
 # Cache: P2PRL_DOCKER_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/p2prl/docker).
 set -euo pipefail
@@ -81,7 +81,7 @@ wheels() {
       ${P2PRL_TORCH_INDEX:+--index-url "$P2PRL_TORCH_INDEX"} \
       || python3 -m pip download -q --no-deps -d "$dir" --index-url https://download.pytorch.org/whl/cpu "torch==$TORCH_VERSION"
   fi
-  if [ "${P2PRL_WHEELS:-all}" = all ] && { [ ! -s "$dir/constraints.txt" ] || [ pyproject.toml -nt "$dir/constraints.txt" ]; }; then
+  if [ "${P2PRL_WHEELS:-torch}" = all ] && { [ ! -s "$dir/constraints.txt" ] || [ pyproject.toml -nt "$dir/constraints.txt" ]; }; then
     say "building the dependencies' wheels"
     python3 -m pip wheel -q -w "$dir" "$dir"/torch-"$TORCH_VERSION"*.whl .
     rm -f "$dir"/p2prl-*.whl
@@ -96,7 +96,7 @@ wheels() {
   for f in "$dir"/*.whl "$dir"/constraints.txt; do
     [ -e "$f" ] && { ln -f "$f" "$ctx/" 2>/dev/null || cp "$f" "$ctx/"; }
   done
-  if [ "${P2PRL_WHEELS:-all}" != all ]; then rm -f "$ctx/constraints.txt"; fi
+  if [ "${P2PRL_WHEELS:-torch}" != all ]; then rm -f "$ctx"/constraints.txt; find "$ctx" -name '*.whl' ! -name 'torch-*' -delete; fi
 }
 
 mkdir -p "$CACHE"
@@ -108,8 +108,10 @@ case "$what" in
     secret=()
     [ -s "$CA" ] && secret=(--secret "id=ca,src=$CA")
     say "building $TAG on $base"
+    only=0
+    [ "${P2PRL_WHEELS:-torch}" = all ] && only=1
     "$DOCKER" build -f docker/Dockerfile -t "$TAG" --build-arg "PYTHON_IMAGE=$base" \
-      --build-arg "TORCH_VERSION=$TORCH_VERSION" "${secret[@]}" .
+      --build-arg "TORCH_VERSION=$TORCH_VERSION" --build-arg "WHEELS_ONLY=$only" "${secret[@]}" .
     "$DOCKER" image ls "$TAG" --format '{{.Repository}}:{{.Tag}} {{.Size}}'
     ;;
   gpu)
