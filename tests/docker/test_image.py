@@ -45,12 +45,13 @@ def _engine_problem() -> str | None:
         return "no docker client (apt-get install docker.io; bash scripts/bootstrap.sh test does it as root)"
     try:
         info = subprocess.run(
-            [DOCKER, "info", "--format", "{{.ServerVersion}}"], capture_output=True, timeout=30
+            [DOCKER, "version", "--format", "{{.Server.Version}}"], capture_output=True, timeout=30
         )
     except (OSError, subprocess.TimeoutExpired) as e:
-        return f"docker info failed: {e}"
+        return f"docker version failed: {e}"
     if info.returncode != 0:
-        return f"no Docker Engine answers ({info.stderr.decode(errors='replace').strip()[:200]})"
+        why = info.stderr.decode(errors="replace").strip()[-200:]
+        return f"no Docker Engine answers ({why}); bash scripts/bootstrap.sh test starts one as root"
     return None
 
 
