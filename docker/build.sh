@@ -83,7 +83,8 @@ wheels() {
   fi
   if [ "${P2PRL_WHEELS:-torch}" = all ] && { [ ! -s "$dir/constraints.txt" ] || [ pyproject.toml -nt "$dir/constraints.txt" ]; }; then
     say "building the dependencies' wheels"
-    python3 -m pip wheel -q -w "$dir" "$dir"/torch-"$TORCH_VERSION"*.whl .
+    # with the package's build requirements: the build installs from these wheels alone
+    python3 -m pip wheel -q -w "$dir" "$dir"/torch-"$TORCH_VERSION"*.whl . "setuptools>=77" wheel
     rm -f "$dir"/p2prl-*.whl
     # pin each wheel's version, so pip in the build takes these and not newer ones from the index
     (cd "$dir" && for w in *.whl; do
