@@ -148,7 +148,7 @@ def test_build_context_builds_the_package(tmp_path: Path) -> None:
     _, allowed = _dockerignore()
     ctx = tmp_path / "ctx"
     ctx.mkdir()
-    for name in allowed:
+    for name in (n for n in allowed if not n.startswith("docker/")):  # docker/wheels: build input only
         src = ROOT / name
         if src.is_dir():
             shutil.copytree(src, ctx / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
