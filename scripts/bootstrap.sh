@@ -35,12 +35,35 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
+# The image tests (tests/docker/test_image.py) need a Docker Engine. As root, install one (and
+# debootstrap, for a base image where no registry is reachable) and start it; otherwise, or with
+# P2PRL_NO_DOCKER=1, those tests skip and say why.
+docker_engine() {
+  [ "${P2PRL_NO_DOCKER:-0}" = 1 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    docker info >/dev/null 2>&1 || echo "no Docker Engine (not root: not starting one); the image tests will skip" >&2
+    return 0
+  fi
+  if [ ! -x /usr/bin/docker ] || [ ! -x /usr/sbin/dockerd ] || ! command -v debootstrap >/dev/null; then
+    echo "installing docker.io and debootstrap" >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap >/dev/null; } \
+      || { echo "could not install docker.io; the image tests will skip" >&2; return 0; }
+  fi
+  if ! /usr/bin/docker info >/dev/null 2>&1; then
+    echo "starting dockerd (log: ${TMPDIR:-/tmp}/p2prl-dockerd.log)" >&2
+    nohup /usr/sbin/dockerd >"${TMPDIR:-/tmp}/p2prl-dockerd.log" 2>&1 &
+    for _ in $(seq 30); do /usr/bin/docker info >/dev/null 2>&1 && break; sleep 1; done
+    /usr/bin/docker info >/dev/null 2>&1 || echo "dockerd did not start; the image tests will skip" >&2
+  fi
+}
+
 cmd=${1:-test}
 shift || true
 case "$cmd" in
   demo) exec p2prl demo "$@" ;;
   test)
     ruff check .
+    docker_engine
     exec python -m pytest -q -p no:cacheprovider "$@" ;;
   shell) exec "${SHELL:-bash}" ;;
   *) echo "usage: $0 demo|test|shell [ARGS]" >&2; exit 2 ;;

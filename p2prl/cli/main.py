@@ -9,6 +9,7 @@ import typer
 
 from p2prl import __version__
 from p2prl.cli import bench, keys, net, node, patch, rl
+from p2prl.cli.status import status
 
 app = typer.Typer(
     name="p2prl",
@@ -23,6 +24,7 @@ app.add_typer(bench.app, name="bench")
 app.add_typer(net.blob_app, name="blob")
 app.command("peers")(net.peers)
 app.command("train-local")(rl.train_local)
+app.command("status")(status)
 node.register(app)
 
 

@@ -106,8 +106,7 @@ def blob_get(
     key: Path | None = typer.Option(None, "--key", help="Identity key file (default: a throwaway identity)."),
 ) -> None:
     """Fetch a blob from peers (S3 as fallback), verifying every chunk, and write it to OUT."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-
+    from p2prl.cli.progress import transfer_progress
     from p2prl.net.config import NetConfig
     from p2prl.net.node import P2PNode
     from p2prl.net.s3 import S3Config
@@ -132,22 +131,12 @@ def blob_get(
                     node.connect(addr)
                 except Exception as e:
                     typer.echo(f"warning: could not dial {addr}: {e!r}", err=True)
-            with Progress(
-                "[progress.description]{task.description}",
-                BarColumn(),
-                DownloadColumn(),
-                TransferSpeedColumn(),
-                transient=False,
-            ) as bar:
-                task = bar.add_task(f"blob {blob_id[:12]}", total=ref.size)
-                try:
-                    path = node.fetch(
-                        ref, timeout=timeout, on_progress=lambda done, total: bar.update(task, completed=done)
-                    )
-                except Exception as e:
-                    typer.echo(f"error: {e}", err=True)
-                    raise typer.Exit(1) from e
-                bar.update(task, completed=ref.size)
+            try:
+                with transfer_progress(f"blob {blob_id[:12]}", ref.size) as on_progress:
+                    path = node.fetch(ref, timeout=timeout, on_progress=on_progress)
+            except Exception as e:
+                typer.echo(f"error: {e}", err=True)
+                raise typer.Exit(1) from e
             out.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, out)
     typer.echo(f"wrote {out} ({ref.size} bytes, sha256 verified)")

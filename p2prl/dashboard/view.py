@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Group
+from rich import box
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 SPARK = "▁▂▃▄▅▆▇█"
 Status = dict[str, Any]
+WIDE = 120  # narrower terminals (80x24 included) get the compact layout
 
 
 def sparkline(values: list[float], width: int = 48) -> str:
@@ -109,6 +111,57 @@ def nodes_table(nodes: list[tuple[str, Status | None, str]]) -> Table:
             str(c.get("groups_rejected", 0)),
         )
     return t
+
+
+def _node_name(url: str, s: Status | None) -> str:
+    """Key prefix and status port (what tells nodes apart on one host); host:port when unreachable."""
+    port = url.rsplit(":", 1)[-1]
+    return f"{s.get('key', '')[:8]} {port}" if s else url.split("//", 1)[-1]
+
+
+def compact_nodes_table(nodes: list[tuple[str, Status | None, str]]) -> Table:
+    """The nodes table in under 80 columns, one line per node: no borders, the essential columns."""
+    statuses = [s for _, s, _ in nodes if s]
+    tv = _trainer_version(statuses)
+    t = Table(
+        title=f"nodes (trainer v{tv}; counts are groups)",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0),
+        collapse_padding=True,
+        show_edge=False,
+    )
+    for col in ("node", "role", "ver", "lag", "sync", "peers", "down", "acc", "rej"):
+        left = col in ("node", "role", "sync")
+        t.add_column(col, justify="left" if left else "right", no_wrap=True, overflow="ellipsis")
+    for url, s, _err in nodes:
+        if s is None:
+            t.add_row(_node_name(url, s), "?", "-", "-", Text("unreachable", style="red"), *["-"] * 4)
+            continue
+        c, g = s.get("counters", {}), s.get("gauges", {})
+        lag = max(0, tv - int(s.get("version", 0)))
+        t.add_row(
+            _node_name(url, s),
+            str(s.get("role", "?")),
+            str(s.get("version", 0)),
+            Text(str(lag), style="green" if lag == 0 else ("yellow" if lag <= 2 else "red")),
+            str(s.get("sync_state", ""))[:11],
+            str(s.get("peers", 0)),
+            _net_down(g),
+            str(c.get("groups_accepted", c.get("groups_consumed", 0))),
+            str(c.get("groups_rejected", 0)),
+        )
+    return t
+
+
+class NodesView:
+    """The full nodes table on a wide terminal, the compact one below ``WIDE`` columns."""
+
+    def __init__(self, nodes: list[tuple[str, Status | None, str]]) -> None:
+        self.nodes = nodes
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        wide = options.max_width >= WIDE
+        yield nodes_table(self.nodes) if wide else compact_nodes_table(self.nodes)
 
 
 def _net_down(g: dict[str, float]) -> Text:
@@ -223,11 +276,34 @@ def reward_panel(statuses: list[Status]) -> Panel:
     return Panel(body, title="mean task reward over versions")
 
 
+class ExtrasView:
+    """Scores, rejections and transfers: stacked when wide; borderless, and scores beside
+    rejections, when narrow, so a 4-node network fits 80x24."""
+
+    def __init__(self, statuses: list[Status]) -> None:
+        self.statuses = statuses
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        tables = [scores_table(self.statuses), rejections_table(self.statuses), transfers_table(self.statuses)]
+        if options.max_width >= WIDE:
+            yield from (t for t in tables if t is not None)
+            return
+        for t, title in zip(tables, ("miner scores", "rejected groups", "transfers"), strict=True):
+            if t is not None:
+                t.box, t.show_edge, t.expand, t.title = box.SIMPLE_HEAD, False, False, title
+        scores, rejections, transfers = tables
+        pair = [t for t in (scores, rejections) if t is not None]
+        if len(pair) == 2:
+            grid = Table.grid(padding=(0, 2))
+            grid.add_row(*pair)
+            yield grid
+        else:
+            yield from pair
+        if transfers is not None:
+            yield transfers
+
+
 def render(nodes: list[tuple[str, Status | None, str]]) -> Group:
-    """The whole view for ``nodes`` = [(url, status or None, error text)]."""
+    """The whole view for ``nodes`` = [(url, status or None, error text)]; it fits the console's width."""
     statuses = [s for _, s, _ in nodes if s]
-    parts: list[Any] = [nodes_table(nodes), reward_panel(statuses)]
-    for extra in (scores_table(statuses), rejections_table(statuses), transfers_table(statuses)):
-        if extra is not None:
-            parts.append(extra)
-    return Group(*parts)
+    return Group(NodesView(nodes), reward_panel(statuses), ExtrasView(statuses))

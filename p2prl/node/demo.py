@@ -21,7 +21,7 @@ from typing import Any
 
 from p2prl.crypto.keys import load_or_create_identity
 from p2prl.node.http import fetch_status
-from p2prl.node.supervisor import Supervisor, free_port
+from p2prl.node.supervisor import Supervisor, free_port, s3_missing
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,7 @@ class DemoOptions:
     batches_per_version: int = 2
     min_publish_s: float = 1.0  # every version costs each node a patch fetch, apply and hash
     checkpoint_every: int = 10
+    progress_s: float = 5.0  # headless: one progress line this often
 
 
 def _default_cache() -> Path:
@@ -77,7 +78,9 @@ def _nodes(opts: DemoOptions) -> list[str]:
 
 
 def prepare(opts: DemoOptions, root: Path, s3_endpoint: str) -> dict[str, Any]:
-    """Keys, base model and genesis under ``root`` (reused when they exist, so a demo can resume)."""
+    """Keys, base model and genesis under ``root`` (reused when they exist, so a demo can resume).
+
+    An empty ``s3_endpoint`` makes a network without an S3 location (peer to peer only)."""
     from p2prl.net.identity import peer_id_for
     from p2prl.node.genesis import write_genesis
     from p2prl.node.netinit import NetworkSpec, base_model_info, genesis_from_spec
@@ -104,7 +107,7 @@ def prepare(opts: DemoOptions, root: Path, s3_endpoint: str) -> dict[str, Any]:
         group_size=opts.group_size,
         groups_per_batch=opts.groups_per_batch,
     )
-    s3 = {"endpoint": s3_endpoint, "bucket": BUCKET, "prefix": ""}
+    s3 = {"endpoint": s3_endpoint, "bucket": BUCKET, "prefix": ""} if s3_endpoint else None
     if not genesis_path.exists():
         # a resumed demo keeps its genesis; its nodes get the new local S3 endpoint by --s3-endpoint
         sg = genesis_from_spec(spec, ids["trainer"], base_model_info(model_cache), s3=s3)
@@ -137,8 +140,7 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
         str(plan["model_cache"]),
         "--torch-threads",
         str(opts.torch_threads),
-        "--s3-endpoint",
-        s3_endpoint,
+        *(["--s3-endpoint", s3_endpoint] if s3_endpoint else ["--no-s3-enable"]),
         "--heartbeat-s",
         "2",
         "--local-network",  # every node is on 127.0.0.1: dial loopback addresses
@@ -187,6 +189,27 @@ def _wait_up(
             missing = [n for n, s in st.items() if s is None]
             raise RuntimeError(f"nodes not up after {timeout:.0f} s: {missing}")
         stop.wait(1.0)
+
+
+def progress_line(elapsed: float, statuses: dict[str, dict[str, Any] | None], names: list[str]) -> str:
+    """One line of a headless run: versions, how many miners are in sync, verdicts, recent reward."""
+    from p2prl.dashboard.view import mean_reward, reward_series
+
+    trainer = statuses.get("trainer") or {}
+    tv = int(trainer.get("version", 0))
+    miners = [statuses.get(n) for n in names if n.startswith("miner")]
+    versions = ",".join(str(m.get("version", "?")) if m else "?" for m in miners)
+    in_sync = sum(1 for m in miners if m and int(m.get("version", -1)) == tv)
+    c = (statuses.get("validator") or {}).get("counters", {})
+    series = reward_series([trainer]) if trainer else []
+    recent = mean_reward(series[-3:])
+    reward = f"{recent:.3f} (v{series[-1][0]})" if recent is not None else "-"
+    published = int(trainer.get("counters", {}).get("versions_published", 0))
+    return (
+        f"[{elapsed:5.0f} s] trainer v{tv} ({published} published) | miners v{versions}, "
+        f"{in_sync}/{len(miners)} in sync | groups accepted {int(c.get('groups_accepted', 0))} "
+        f"rejected {int(c.get('groups_rejected', 0))} | reward {reward}"
+    )
 
 
 def summarize(
@@ -270,15 +293,22 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
     summary: dict[str, Any] | None = None
     sup = Supervisor(root)
     try:
-        s3 = sup.start_s3()
-        s3.create_bucket(BUCKET)
-        print(
-            f"demo directory {root}; local S3 at {s3.endpoint}; building the base model if needed…",
-            flush=True,
-        )
-        plan = prepare(opts, root, s3.endpoint)
+        missing = s3_missing()
+        if missing is None:
+            s3 = sup.start_s3()
+            s3.create_bucket(BUCKET)
+            endpoint, where = s3.endpoint, f"local S3 at {s3.endpoint}"
+        else:
+            endpoint, where = "", "no S3"
+            print(
+                f"notice: the local S3 endpoint cannot start ({missing}); the demo runs peer to peer "
+                "only, without the S3 mirror/fallback. For it: pip install 'moto[s3]>=5.0' flask flask-cors",
+                flush=True,
+            )
+        print(f"demo directory {root}; {where}; building the base model if needed…", flush=True)
+        plan = prepare(opts, root, endpoint)
         for n in names:
-            sup.spawn(n, _node_args(opts, root, plan, n, s3.endpoint), env=S3_ENV)
+            sup.spawn(n, _node_args(opts, root, plan, n, endpoint), env=S3_ENV)
         urls = [_url(plan, n) for n in names]
         print("nodes: " + ", ".join(f"{n} {u}" for n, u in zip(names, urls, strict=True)), flush=True)
         _wait_up(sup, plan, names, opts.startup_timeout_s, stop)
@@ -287,11 +317,17 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
 
             run_dashboard(urls, stop=stop)
         else:
-            end = time.monotonic() + (opts.duration if opts.duration is not None else 1e12)
+            start = time.monotonic()
+            end = start + (opts.duration if opts.duration is not None else 1e12)
+            next_line = start + opts.progress_s
             while not stop.is_set() and time.monotonic() < end:
                 for c in sup.children:
                     if not c.alive:
                         raise RuntimeError(f"{c.name} exited with {c.proc.returncode}:\n{c.tail()}")
+                if time.monotonic() >= next_line:
+                    now = time.monotonic()
+                    print(progress_line(now - start, _statuses(plan, names), names), flush=True)
+                    next_line = now + opts.progress_s
                 stop.wait(1.0)
         if opts.duration is not None:
             summary = _finish(sup, plan, names, opts, stop)

@@ -45,6 +45,20 @@ class Child:
             return ""
 
 
+def s3_missing() -> str | None:
+    """Why the local S3 endpoint cannot run here (its server package is not importable), else None.
+
+    moto and flask are runtime dependencies; an install made without them (``--no-deps``, a trimmed
+    image) still runs a demo, peer to peer only.
+    """
+    try:
+        import flask  # noqa: F401
+        import moto.server  # noqa: F401
+    except ImportError as e:
+        return f"{e.name or e} is not installed"
+    return None
+
+
 class S3Server:
     """moto's S3 over real HTTP on 127.0.0.1 (boto3 talks to it over the wire like to any endpoint)."""
 

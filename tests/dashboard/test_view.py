@@ -84,3 +84,43 @@ def test_reward_history_is_bucketed_and_weighted() -> None:
     assert len(buckets) == SPARK_WIDTH and buckets == sorted(buckets)
     assert buckets[0] < 5 and buckets[-1] > 195  # the whole history, oldest first
     assert smoothed([(0, 0.0, 3), (1, 1.0, 1)], width=1) == [0.25]
+
+
+def test_render_fits_80x24() -> None:
+    """A demo network (4 nodes, one unreachable) on an 80x24 terminal: one line per node, no wrapping."""
+    t = node("trainer", "aa", 7)
+    for v in range(8):
+        t.add_reward(v, 0.1 * v, 16)
+    t.gauge("net_bytes_up", 7 * 1024 * 1024)
+    miners = [node("miner", k, 7 - i) for i, k in enumerate(("bb", "cc"))]
+    for m in miners:
+        m.incr("groups_produced", 400)
+        m.gauge("net_bytes_down", 3 * 1024 * 1024)
+        m.gauge("net_bytes_s3", 5 * 1024)
+    miners[1].transfer("ff" * 32, 50, 100)
+    v = node("validator", "dd", 7)
+    v.incr("groups_accepted", 12345)
+    v.incr("groups_rejected", 678)
+    v.incr_label("rejected", "fingerprint", 600)
+    v.incr_label("rejected", "distribution_batch", 78)
+    v.set_scores({"bb" * 32: 1061, "cc" * 32: 0})
+    snaps = [
+        ("http://127.0.0.1:41001", t.snapshot(), ""),
+        ("http://127.0.0.1:41002", v.snapshot(), ""),
+        ("http://127.0.0.1:41003", miners[0].snapshot(), ""),
+        ("http://127.0.0.1:41004", miners[1].snapshot(), ""),
+        ("http://127.0.0.1:41005", None, "[Errno 111] Connection refused"),
+    ]
+    c = Console(record=True, width=80, height=24)
+    c.print(render(snaps))
+    lines = c.export_text().rstrip("\n").splitlines()
+    assert len(lines) <= 24, "\n".join(lines)
+    assert all(len(ln) <= 80 for ln in lines)
+    for key, port, role, version in (("aa", 1, "trainer", 7), ("dd", 2, "validator", 7), ("cc", 4, "miner", 6)):
+        row = [ln for ln in lines if f"{key * 4} 4100{port}" in ln]
+        assert len(row) == 1 and role in row[0] and f" {version} " in row[0], "\n".join(lines)
+    assert any("127.0.0.1:41005" in ln and "unreachable" in ln for ln in lines)
+    assert any("12345" in ln and "678" in ln for ln in lines)  # the validator's counts, unwrapped
+    assert any("fingerprint" in ln and "600" in ln for ln in lines)
+    # the wide layout keeps every column
+    assert "produced" in text_of(render(snaps)) and "produced" not in "\n".join(lines)
