@@ -14,6 +14,7 @@ would serialise them) and to be killed mid-transfer. Commands, each answered wit
     ("poll", timeout)               -> [[topic, envelope type, from peer, version or None], ...]
     ("stop",)                       -> None, then the process exits
 
+``netns`` runs the node inside a testbed host (p2prl/testbed), ``listen`` sets its listen address.
 ``behaviour`` "corrupt" flips a byte in every chunk served; "slow" sleeps before each chunk.
 """
 
@@ -39,6 +40,10 @@ def blob_bytes(seed: int, size: int) -> bytes:
 
 
 def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, Any]) -> None:
+    if opts.get("netns"):  # a testbed host: enter its namespace before any socket exists
+        from p2prl.testbed.netns import enter
+
+        enter(opts["netns"])
     from p2prl.net import chunkproto as cp
     from p2prl.net.node import P2PNode
 
@@ -47,6 +52,7 @@ def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, 
     logging.getLogger("libp2p").setLevel(opts.get("libp2p_log_level", "CRITICAL"))
     s3 = S3Config(**opts["s3"]) if opts.get("s3") else None
     cfg = NetConfig(
+        listen=opts.get("listen", NetConfig.listen),
         superseed=opts.get("superseed", False),
         s3=s3,
         s3_after_s=opts.get("s3_after_s", 3.0),

@@ -178,7 +178,10 @@ class Testbed:
 
     def run(self, host: str, argv: list[str], timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["ip", "netns", "exec", self.hosts[host].ns, *argv], capture_output=True, text=True, timeout=timeout
+            ["ip", "netns", "exec", self.hosts[host].ns, *argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     def link_bytes(self, host: str) -> dict[str, int]:
@@ -192,9 +195,7 @@ class Testbed:
 
 def hosts_spec(n: int, nat: int = 0, up_mbit: float = 0.0, down_mbit: float = 0.0) -> list[HostSpec]:
     """``n`` hosts ``h0…``, the last ``nat`` of them each behind its own NAT router."""
-    return [
-        HostSpec(f"h{i}", up_mbit, down_mbit, nat=f"n{i}" if i >= n - nat else None) for i in range(n)
-    ]
+    return [HostSpec(f"h{i}", up_mbit, down_mbit, nat=f"n{i}" if i >= n - nat else None) for i in range(n)]
 
 
 def down_all(tag: str | None = None) -> list[str]:
