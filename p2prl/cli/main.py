@@ -8,7 +8,7 @@ import os
 import typer
 
 from p2prl import __version__
-from p2prl.cli import bench, keys, net, node, patch, rl
+from p2prl.cli import bench, keys, net, node, patch, rl, testbed
 
 app = typer.Typer(
     name="p2prl",
@@ -21,6 +21,7 @@ app.add_typer(keys.app, name="keys")
 app.add_typer(patch.app, name="patch")
 app.add_typer(bench.app, name="bench")
 app.add_typer(net.blob_app, name="blob")
+app.add_typer(testbed.app, name="testbed")
 app.command("peers")(net.peers)
 app.command("train-local")(rl.train_local)
 node.register(app)

@@ -185,8 +185,10 @@ def _fanout(
         if link_bytes:
             out["publisher_link_upload_bytes"] = link_bytes() - link0
         cpu_all = [b - a for a, b in zip(cpu0, _cpu(procs), strict=True)]
+        stats = [p.call("stats") for p in procs]
     finally:
         _stop_all(procs)
+    out["connections_closed_dead"] = sum(s.get("dead_conns_closed", 0) for s in stats)
     errors = [r["error"] for r in results if not r["ok"]]
     out["publisher_upload_bytes"] = up
     out["publisher_upload_ratio"] = round(up / size, 3)

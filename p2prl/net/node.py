@@ -27,6 +27,7 @@ import trio
 from p2prl.crypto.envelope import EnvelopeError
 from p2prl.crypto.keys import Identity
 from p2prl.net import chunkproto as cp
+from p2prl.net import dialback
 from p2prl.net.config import NetConfig
 from p2prl.net.counters import Counters
 from p2prl.net.gossip import GossipFilter, Incoming
@@ -99,6 +100,8 @@ class P2PNode:
         self._stop: trio.Event | None = None
         self._pub_send: Any = None
         self._server: ChunkServer | None = None
+        self.reachable: bool | None = None  # learned by dial-back; None until a peer answered
+        self._public_addrs: list[str] = []
 
     # ---------------------------------------------------------------- lifecycle (any thread)
 
@@ -184,6 +187,7 @@ class P2PNode:
         watch = ConnectionWatch(host, pubsub, self.counters)
         host.get_network().register_notifee(watch)
         host.set_stream_handler(cp.PROTOCOL_ID, self._server.handle)
+        host.set_stream_handler(dialback.PROTOCOL_ID, dialback.DialBackServer(self.counters).handle)
         pub_send, pub_recv = trio.open_memory_channel[tuple[str, bytes]](cfg.limits.publish_queue)
         self._pub_send = pub_send
         try:
@@ -201,6 +205,7 @@ class P2PNode:
                     for t in list(self._topics):
                         await self._subscribe(t)
                     nursery.start_soon(self._bootstrap_loop)
+                    nursery.start_soon(self._reachability_loop)
                     self._ready.set()
                     await self._stop.wait()
                     nursery.cancel_scope.cancel()
@@ -268,6 +273,49 @@ class P2PNode:
                 except Exception as e:
                     log.warning("bootstrap %s: %r", addr, e)
             await trio.sleep(10.0)
+
+    def advertised_addrs(self) -> list[str]:
+        """Addresses to tell peers about: until a dial-back answered, our listen addresses; after,
+        only those a peer could open a new connection to (none behind a NAT: we dial out)."""
+        return list(self.addrs) if self.reachable is None else list(self._public_addrs)
+
+    async def _reachability_loop(self) -> None:
+        tried: set[str] = set()
+        while True:
+            peers = sorted(self._connected_ids() - tried - self._banned)
+            if not peers:
+                tried.clear()
+                await trio.sleep(2.0)
+                continue
+            peer = peers[0]
+            tried.add(peer)
+            try:
+                await self._dial_back(peer)
+            except Exception as e:
+                log.debug("dial-back via %s failed: %r", peer[-8:], e)
+                await trio.sleep(2.0)
+                continue
+            await trio.sleep(300.0)
+
+    async def _dial_back(self, peer: str) -> None:
+        from libp2p.peer.id import ID
+
+        ports = sorted({int(a.split("/tcp/")[1].split("/")[0]) for a in self.addrs if "/tcp/" in a})[
+            : dialback.MAX_PORTS
+        ]
+        with trio.fail_after(self.config.stream_timeout_s + dialback.DIAL_TIMEOUT_S):
+            stream = await self._host.new_stream(ID.from_base58(peer), [dialback.PROTOCOL_ID])
+            try:
+                ip, oks = await dialback.ask(stream, ports)
+            finally:
+                await stream.close()
+        proto = "ip6" if ":" in ip else "ip4"
+        self._public_addrs = [
+            f"/{proto}/{ip}/tcp/{p}/p2p/{self.peer_id}" for p, ok in zip(ports, oks, strict=True) if ok
+        ]
+        self.reachable = bool(self._public_addrs)
+        self.counters.add("dialback.checks")
+        log.info("reachability (dial-back via %s): %s %s", peer[-8:], self.reachable, self._public_addrs)
 
     def _connected_ids(self) -> set[str]:
         return {p.to_base58() for p in self._host.get_connected_peers()}
@@ -486,4 +534,5 @@ class P2PNode:
         s.setdefault("dropped", 0)
         s.setdefault("bans", 0)
         s["banned_peers"] = len(self._banned)
+        s["reachable"] = -1 if self.reachable is None else int(self.reachable)
         return s

@@ -9,6 +9,7 @@ would serialise them) and to be killed mid-transfer. Commands, each answered wit
     ("fetch", ref_body, timeout)    -> {"ok", "seconds", "sha256_ok", "error"}
     ("hint", blob_id, peer_id)      -> None
     ("stats",)                      -> stats dict
+    ("reach",)                      -> (reachable or None, advertised addrs)
     ("cpu",)                        -> CPU seconds (user + system) this process has used
     ("subscribe", topic)            -> None
     ("poll", timeout)               -> [[topic, envelope type, from peer, version or None], ...]
@@ -112,6 +113,8 @@ def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, 
             elif op == "hint":
                 node.add_provider_hint(cmd[1], cmd[2])
                 conn.send(None)
+            elif op == "reach":
+                conn.send((node.reachable, node.advertised_addrs()))
             elif op == "stats":
                 conn.send(node.stats())
             elif op == "cpu":

@@ -73,6 +73,7 @@ class Testbed:
     tag: str = field(default_factory=lambda: secrets.token_hex(3))
     hosts: dict[str, Host] = field(default_factory=dict)
     _reaper: subprocess.Popen[bytes] | None = None
+    __test__ = False  # not a pytest class
 
     @property
     def core(self) -> str:
