@@ -203,6 +203,9 @@ def _fanout(
     out["cpu_seconds_peer_max"] = round(max(cpu_all[1:]), 3)
     out["cpu_bound_seconds_all"] = round(sum(cpu_all) / min(cores, len(cpu_all)), 3)
     out["all_over_cpu_bound"] = round(out["seconds_all_wall"] / out["cpu_bound_seconds_all"], 2)
+    # cores the swarm really got: on a shared machine other work takes the rest
+    out["cores_used"] = round(sum(cpu_all) / wall, 2)
+    out["load_average_1min"] = round(os.getloadavg()[0], 1)
     if errors:
         out["errors"] = errors
     return out

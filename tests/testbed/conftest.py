@@ -48,9 +48,11 @@ def peer_on(tmp_path: Path) -> Iterator[Callable[..., PeerProcess]]:
     """Starts a node process inside a testbed host, listening on the host's address."""
     procs: list[PeerProcess] = []
 
-    def start(tb: Testbed, host: str, **opts: Any) -> PeerProcess:
+    def start(tb: Testbed, host: str, store: str = "", **opts: Any) -> PeerProcess:
         h = tb.hosts[host]
-        p = PeerProcess(str(tmp_path / f"{host}-{len(procs)}"), netns=h.ns, listen=h.listen(), **opts)
+        p = PeerProcess(
+            str(tmp_path / (store or f"{host}-{len(procs)}")), netns=h.ns, listen=h.listen(), **opts
+        )
         procs.append(p)
         return p
 
