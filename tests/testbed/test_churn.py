@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from p2prl.net.peerproc import PeerProcess, blob_bytes
 from p2prl.protocol.blobs import blob_ref_for
@@ -14,8 +15,18 @@ SIZE = 4 * 1024 * 1024
 CHUNK = 256 * 1024
 
 
+def _written(part: Path) -> int:
+    try:
+        return part.stat().st_blocks * 512  # a sparse file: blocks hold the chunks written so far
+    except OSError:
+        return 0
+
+
 def test_killed_peer_resumes(
-    namespaces_ok: None, make_testbed: Callable[..., Testbed], peer_on: Callable[..., PeerProcess]
+    namespaces_ok: None,
+    make_testbed: Callable[..., Testbed],
+    peer_on: Callable[..., PeerProcess],
+    tmp_path: Path,
 ) -> None:
     tb = make_testbed(hosts_spec(2, up_mbit=16, down_mbit=16))  # 4 MiB: about 2 s a transfer
     pub = peer_on(tb, "h0")
@@ -24,8 +35,12 @@ def test_killed_peer_resumes(
     peer = peer_on(tb, "h1", store="miner")
     peer.call("connect", pub.addrs)
     peer.send("fetch", ref.to_body(), 60)
-    time.sleep(1.0)
-    peer.kill()  # SIGKILL half-way: the partial file stays in its store
+    part = tmp_path / "miner" / "partial" / f"{ref.id}.part"
+    deadline = time.monotonic() + 30
+    while _written(part) < SIZE // 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    peer.kill()  # SIGKILL part-way: the partial file stays in its store
+    assert SIZE // 4 <= _written(part) < SIZE + CHUNK, _written(part)
     again = peer_on(tb, "h1", store="miner", seed=peer.identity.seed)
     again.call("connect", pub.addrs)
     r = again.call("fetch", ref.to_body(), 60, timeout=90)
