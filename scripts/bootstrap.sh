@@ -12,6 +12,8 @@ PY=${PYTHON:-python3}
 need_sys=()
 command -v gcc >/dev/null 2>&1 || need_sys+=(gcc)
 [ -e /usr/include/gmp.h ] || [ -e /usr/include/x86_64-linux-gnu/gmp.h ] || need_sys+=(libgmp-dev)
+# the testbed's NAT routers (tests/testbed, as root)
+[ "$(id -u)" -ne 0 ] || command -v nft >/dev/null 2>&1 || need_sys+=(nftables)
 if [ ${#need_sys[@]} -gt 0 ]; then
   echo "installing system packages: ${need_sys[*]}" >&2
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo

@@ -8,7 +8,7 @@ import os
 import typer
 
 from p2prl import __version__
-from p2prl.cli import bench, keys, net, node, patch, rl
+from p2prl.cli import bench, keys, net, node, patch, rl, testbed
 from p2prl.cli.status import status
 
 app = typer.Typer(
@@ -22,6 +22,7 @@ app.add_typer(keys.app, name="keys")
 app.add_typer(patch.app, name="patch")
 app.add_typer(bench.app, name="bench")
 app.add_typer(net.blob_app, name="blob")
+app.add_typer(testbed.app, name="testbed")
 app.command("peers")(net.peers)
 app.command("train-local")(rl.train_local)
 app.command("status")(status)

@@ -150,11 +150,30 @@ def bench_fanout(
         30.0, "--cap-mb-s", min=0.1, help="Upload cap of each provider in the capped phase (MB/s)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    testbed: bool = typer.Option(
+        False, "--testbed", help="Run every node on its own rate-limited testbed host (root; p2prl testbed)."
+    ),
+    link_mbit: float = typer.Option(
+        50.0, "--link-mbit", min=0.1, help="Testbed: each link's rate, both ways."
+    ),
+    up_mbit: float = typer.Option(0.0, "--up-mbit", help="Testbed: upload rate (default --link-mbit)."),
+    down_mbit: float = typer.Option(0.0, "--down-mbit", help="Testbed: download rate (default --link-mbit)."),
+    nat: int = typer.Option(0, "--nat", min=0, help="Testbed: how many peers sit behind NAT routers."),
 ) -> None:
-    """Benchmark swarm fan-out of one blob from a publisher to N peers on loopback."""
-    from p2prl.net.bench import run_fanout
+    """Benchmark swarm fan-out of one blob from a publisher to N peers (loopback, or the testbed)."""
+    from p2prl.net.bench import run_fanout, run_fanout_testbed
 
-    res = run_fanout(n_peers, size_mib, chunk_kib, cap_mb_s=cap_mb_s)
+    if testbed:
+        res = run_fanout_testbed(
+            n_peers,
+            size_mib,
+            chunk_kib,
+            up_mbit=up_mbit or link_mbit,
+            down_mbit=down_mbit or link_mbit,
+            nat=nat,
+        )
+    else:
+        res = run_fanout(n_peers, size_mib, chunk_kib, cap_mb_s=cap_mb_s)
     if as_json:
         typer.echo(json.dumps(res, indent=1))
     else:

@@ -28,6 +28,7 @@ import trio
 from p2prl.crypto.envelope import EnvelopeError
 from p2prl.crypto.keys import Identity
 from p2prl.net import chunkproto as cp
+from p2prl.net import dialback
 from p2prl.net.bans import BanList
 from p2prl.net.config import NetConfig
 from p2prl.net.counters import Counters
@@ -44,6 +45,7 @@ from p2prl.protocol.fields import MessageError
 from p2prl.protocol.messages import decode_message
 
 log = logging.getLogger(__name__)
+BOOTSTRAP_BACKOFF_S = (1.0, 60.0)  # first and longest wait before dialing a failed bootstrap peer again
 
 __all__ = ["FetchError", "Incoming", "P2PNode", "PeerInfo", "PublishError"]
 
@@ -103,6 +105,9 @@ class P2PNode:
         self._stop: trio.Event | None = None
         self._pub_send: Any = None
         self._server: ChunkServer | None = None
+        self.reachable: bool | None = None  # learned by dial-back; None until a peer answered
+        self._public_addrs: list[str] = []
+        self._foreign: set[str] = set()  # bootstrap peers already reported as of another network
 
     # ---------------------------------------------------------------- lifecycle (any thread)
 
@@ -188,6 +193,7 @@ class P2PNode:
         watch = ConnectionWatch(host, pubsub, self.counters)
         host.get_network().register_notifee(watch)
         host.set_stream_handler(cp.PROTOCOL_ID, self._server.handle)
+        host.set_stream_handler(dialback.PROTOCOL_ID, dialback.DialBackServer(self.counters).handle)
         pub_send, pub_recv = trio.open_memory_channel[tuple[str, bytes]](cfg.limits.publish_queue)
         self._pub_send = pub_send
         try:
@@ -206,6 +212,7 @@ class P2PNode:
                         await self._subscribe(t)
                     nursery.start_soon(self._bootstrap_loop)
                     nursery.start_soon(self._unban_loop)
+                    nursery.start_soon(self._reachability_loop)
                     self._ready.set()
                     await self._stop.wait()
                     nursery.cancel_scope.cancel()
@@ -264,15 +271,132 @@ class P2PNode:
             await self._host.connect(info)
 
     async def _bootstrap_loop(self) -> None:
+        """Keep the bootstrap peers connected. A failing one is retried with exponential backoff
+        (``BOOTSTRAP_BACKOFF_S``) and logged with what is wrong and what to check; a connected one
+        that gossips only another network's topics is reported once."""
+        retry_at = dict.fromkeys(self.config.bootstrap, 0.0)
+        delay = dict.fromkeys(self.config.bootstrap, BOOTSTRAP_BACKOFF_S[0])
+        since: dict[str, float] = {}
         while True:
+            now = trio.current_time()
             for addr in self.config.bootstrap:
-                try:
-                    pid = addr.rsplit("/p2p/", 1)[-1]
-                    if pid not in self._connected_ids():
-                        await self._connect(addr, self.config.stream_timeout_s)
-                except Exception as e:
-                    log.warning("bootstrap %s: %r", addr, e)
-            await trio.sleep(10.0)
+                pid = addr.rsplit("/p2p/", 1)[-1]
+                if pid in self._connected_ids():
+                    delay[addr] = BOOTSTRAP_BACKOFF_S[0]
+                    if now - since.setdefault(addr, now) > 5.0:  # subscriptions are exchanged by then
+                        self._check_network_of(addr, pid)
+                    continue
+                since.pop(addr, None)
+                if retry_at[addr] > now:
+                    continue
+                problem = await self._try_bootstrap(addr)
+                if problem is None:
+                    log.info("connected to bootstrap peer %s", addr)
+                    continue
+                self.counters.add("bootstrap_failures")
+                log.warning("bootstrap peer %s: %s; retrying in %.0f s", addr, problem, delay[addr])
+                retry_at[addr] = now + delay[addr]
+                delay[addr] = min(delay[addr] * 2, BOOTSTRAP_BACKOFF_S[1])
+            await trio.sleep(0.5)
+
+    async def _try_bootstrap(self, addr: str) -> str | None:
+        """Dial one bootstrap address; returns None or what went wrong, in words a user can act on."""
+        import multiaddr
+        from libp2p.peer.id import ID
+
+        try:
+            ma = multiaddr.Multiaddr(addr)
+            host = ma.value_for_protocol("ip4") or ma.value_for_protocol("ip6")
+            port = int(ma.value_for_protocol("tcp"))
+            pid = ID.from_base58(addr.rsplit("/p2p/", 1)[1])
+        except Exception:
+            return "not a valid address: expected /ip4/HOST/tcp/PORT/p2p/PEER_ID"
+        if pid.to_base58() == self.peer_id:
+            return None
+        timeout = self.config.stream_timeout_s
+        try:
+            with trio.fail_after(timeout):
+                sock = await trio.open_tcp_stream(host, port)
+            await sock.aclose()
+        except trio.TooSlowError:
+            return (
+                f"no answer from {host}:{port} in {timeout:.0f} s: the host is down, the address is "
+                f"wrong, or a firewall drops TCP to port {port}"
+            )
+        except OSError as e:
+            cause = _root_os_error(e)
+            if isinstance(cause, ConnectionRefusedError):
+                return f"nothing listens on {host}:{port} (connection refused): is the node running, is the port right?"
+            return f"cannot reach {host}:{port} ({cause.strerror or cause}): check the address and this machine's network"
+        try:
+            self._host.get_network().unblock_peer(pid)  # libp2p would refuse a recent failure itself
+            await self._connect(addr, timeout)
+        except Exception as e:
+            log.debug("bootstrap handshake with %s: %r", addr, e)
+            return (
+                f"{host}:{port} accepts TCP but the libp2p handshake failed: the peer id in the address "
+                "does not match that node's key (restarted with a new key?) or it is not a p2prl node"
+            )
+        return None
+
+    def _check_network_of(self, addr: str, pid: str) -> None:
+        ours = f"p2prl/{self.network_id}/"
+        theirs = sorted(
+            t for t, peers in self._pubsub.peer_topics.items() if pid in {p.to_base58() for p in peers}
+        )
+        if theirs and not any(t.startswith(ours) for t in theirs) and addr not in self._foreign:
+            self._foreign.add(addr)
+            self.counters.add("bootstrap_foreign")
+            log.warning(
+                "bootstrap peer %s belongs to another network (it gossips %s, we are %r): check the "
+                "genesis file and --bootstrap",
+                addr,
+                theirs[0],
+                self.network_id,
+            )
+
+    def advertised_addrs(self) -> list[str]:
+        """Addresses to tell peers about: until a dial-back answered, our listen addresses; after,
+        only those a peer could open a new connection to (none behind a NAT: we dial out)."""
+        return list(self.addrs) if self.reachable is None else list(self._public_addrs)
+
+    async def _reachability_loop(self) -> None:
+        tried: set[str] = set()
+        while True:
+            peers = sorted(p for p in self._connected_ids() - tried if p not in self._banned)
+            if not peers:
+                tried.clear()
+                await trio.sleep(2.0)
+                continue
+            peer = peers[0]
+            tried.add(peer)
+            try:
+                await self._dial_back(peer)
+            except Exception as e:
+                log.debug("dial-back via %s failed: %r", peer[-8:], e)
+                await trio.sleep(2.0)
+                continue
+            await trio.sleep(300.0)
+
+    async def _dial_back(self, peer: str) -> None:
+        from libp2p.peer.id import ID
+
+        ports = sorted({int(a.split("/tcp/")[1].split("/")[0]) for a in self.addrs if "/tcp/" in a})[
+            : dialback.MAX_PORTS
+        ]
+        with trio.fail_after(self.config.stream_timeout_s + dialback.DIAL_TIMEOUT_S):
+            stream = await self._host.new_stream(ID.from_base58(peer), [dialback.PROTOCOL_ID])
+            try:
+                ip, oks = await dialback.ask(stream, ports)
+            finally:
+                await stream.close()
+        proto = "ip6" if ":" in ip else "ip4"
+        self._public_addrs = [
+            f"/{proto}/{ip}/tcp/{p}/p2p/{self.peer_id}" for p, ok in zip(ports, oks, strict=True) if ok
+        ]
+        self.reachable = bool(self._public_addrs)
+        self.counters.add("dialback.checks")
+        log.info("reachability (dial-back via %s): %s %s", peer[-8:], self.reachable, self._public_addrs)
 
     def _connected_ids(self) -> set[str]:
         return {p.to_base58() for p in self._host.get_connected_peers()}
@@ -541,4 +665,19 @@ class P2PNode:
         s.setdefault("dropped", 0)
         s.setdefault("bans", 0)
         s["banned_peers"] = len(self._banned)
+        s["reachable"] = -1 if self.reachable is None else int(self.reachable)
         return s
+
+
+def _root_os_error(e: OSError) -> OSError:
+    """trio reports a failed connect as "all attempts failed", the reason (refused, unreachable)
+    inside: the first OSError with an errno."""
+    todo: list[BaseException] = [e]
+    while todo:
+        x = todo.pop(0)
+        if isinstance(x, OSError) and x.errno:
+            return x
+        todo.extend(getattr(x, "exceptions", ()))
+        if x.__cause__ is not None:
+            todo.append(x.__cause__)
+    return e

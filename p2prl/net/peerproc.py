@@ -9,11 +9,13 @@ would serialise them) and to be killed mid-transfer. Commands, each answered wit
     ("fetch", ref_body, timeout)    -> {"ok", "seconds", "sha256_ok", "error"}
     ("hint", blob_id, peer_id)      -> None
     ("stats",)                      -> stats dict
+    ("reach",)                      -> (reachable or None, advertised addrs)
     ("cpu",)                        -> CPU seconds (user + system) this process has used
     ("subscribe", topic)            -> None
     ("poll", timeout)               -> [[topic, envelope type, from peer, version or None], ...]
     ("stop",)                       -> None, then the process exits
 
+``netns`` runs the node inside a testbed host (p2prl/testbed), ``listen`` sets its listen address.
 ``behaviour`` "corrupt" flips a byte in every chunk served; "slow" sleeps before each chunk.
 """
 
@@ -39,6 +41,10 @@ def blob_bytes(seed: int, size: int) -> bytes:
 
 
 def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, Any]) -> None:
+    if opts.get("netns"):  # a testbed host: enter its namespace before any socket exists
+        from p2prl.testbed.netns import enter
+
+        enter(opts["netns"])
     from p2prl.net import chunkproto as cp
     from p2prl.net.node import P2PNode
 
@@ -47,6 +53,7 @@ def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, 
     logging.getLogger("libp2p").setLevel(opts.get("libp2p_log_level", "CRITICAL"))
     s3 = S3Config(**opts["s3"]) if opts.get("s3") else None
     cfg = NetConfig(
+        listen=opts.get("listen", NetConfig.listen),
         superseed=opts.get("superseed", False),
         s3=s3,
         s3_after_s=opts.get("s3_after_s", 3.0),
@@ -106,6 +113,8 @@ def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, 
             elif op == "hint":
                 node.add_provider_hint(cmd[1], cmd[2])
                 conn.send(None)
+            elif op == "reach":
+                conn.send((node.reachable, node.advertised_addrs()))
             elif op == "stats":
                 conn.send(node.stats())
             elif op == "cpu":

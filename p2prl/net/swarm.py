@@ -34,6 +34,10 @@ from p2prl.protocol.blobs import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, BlobRef
 
 log = logging.getLogger(__name__)
 IDLE_STREAM_S = 30.0
+HAVE_REFRESH_S = 0.1  # how stale a partial provider's bitmap may get while chunks are in flight
+_HAVE = -1  # a HAVE request in a worker's pipeline
+SUPERSEED_PARALLEL = 2  # chunks a superseeding node uploads at once
+BUSY_COMPLETE_S = 0.05  # a complete holder said BUSY: ask it again (for any chunk) after this
 _STREAM_ERRORS: tuple[type[BaseException], ...] = (Exception,)  # libp2p raises many unrelated types
 
 
@@ -83,6 +87,7 @@ class ChunkServer:
         self._hashing = trio.Lock()  # one on-demand ref computation at a time
         self._slots: set[_Slot] = set()
         self._uploads: dict[tuple[str, int], tuple[int, float]] = {}
+        self._seeding = 0  # superseed chunk uploads on the wire now
         rate = ctx.config.max_upload_bytes_per_s
         self.pacer = UploadPacer(rate, max_wait_s=ctx.config.stream_timeout_s / 4) if rate > 0 else None
 
@@ -159,7 +164,12 @@ class ChunkServer:
                     status, payload = cp.BUSY, b""
                 elif wait > 0:
                     await trio.sleep(wait)
-            await cp.write_all(stream, cp.encode_response_header(status, len(payload)) + payload, timeout)
+            seeding = self.ctx.config.superseed and status == cp.OK and op == cp.OP_GET
+            self._seeding += seeding
+            try:
+                await cp.write_all(stream, cp.encode_response_header(status, len(payload)) + payload, timeout)
+            finally:
+                self._seeding -= seeding
             if status == cp.OK and op == cp.OP_GET:
                 self.ctx.counters.add("bytes_up", len(payload))
                 self.ctx.counters.add("chunks_up")
@@ -198,6 +208,10 @@ class ChunkServer:
         return (cp.OK, data) if data is not None else (cp.NOT_FOUND, b"")
 
     def _may_upload(self, blob_id: str, index: int) -> bool:
+        if self._seeding >= SUPERSEED_PARALLEL:
+            # a few chunks at a time, each at the full uplink rate: they are complete (and
+            # re-served by their downloaders) after a chunk's time, not after the whole blob's
+            return False
         now = time.monotonic()
         key = (blob_id, index)
         count, first = self._uploads.get(key, (0, now))
@@ -303,6 +317,8 @@ class Download:
 
     def _pick(self, peer: str, bitmap: list[bool]) -> int | None:
         now = time.monotonic()
+        if self.busy.get((peer, _HAVE), 0.0) > now:
+            return None
         have = self.part.have
         cands = [
             i
@@ -347,6 +363,7 @@ class Download:
         fails = 0
         idle = 0.02
         bitmap: list[bool] | None = None
+        have_at = 0.0
         pending: collections.deque[int] = collections.deque()
         depth = max(1, self.ctx.config.limits.pipeline_depth)
         probation = time.monotonic() + self.ctx.config.hint_grace_s if peer not in self.reserved else math.inf
@@ -363,14 +380,23 @@ class Download:
                     if bitmap is None and not pending:
                         await self._send(stream, cp.OP_HAVE, 0)
                         status, payload = await self._response(stream, cp.OP_HAVE, 0)
-                        bitmap = (
-                            cp.decode_bitmap(payload, self.ref.n_chunks)
-                            if status == cp.OK
-                            else [False] * self.ref.n_chunks
-                        )
-                        self.bitmaps[peer] = bitmap
+                        bitmap = self._bitmap(peer, status, payload)
                         useful = self._offers(bitmap)
-                    while bitmap is not None and len(pending) < depth:
+                        have_at = time.monotonic()
+                    elif (
+                        pending
+                        and _HAVE not in pending
+                        and bitmap is not None
+                        and time.monotonic() - have_at > HAVE_REFRESH_S
+                        and not all(bitmap)
+                    ):
+                        # a partial provider gains a chunk every fraction of a second: ask what it
+                        # holds between GETs instead of after the pipeline drains (on a rate-limited
+                        # link, a drained pipeline leaves the uplink idle for a round trip or more)
+                        await self._send(stream, cp.OP_HAVE, 0)
+                        pending.append(_HAVE)
+                        have_at = time.monotonic()
+                    while bitmap is not None and len(pending) - (_HAVE in pending) < depth:
                         index = self._pick(peer, bitmap)
                         if index is None:
                             break
@@ -380,12 +406,19 @@ class Download:
                         await self._send(stream, cp.OP_GET, index)
                     if not pending:
                         await trio.sleep(idle)
-                        idle = min(idle * 2, 0.4)
-                        if bitmap is not None and not all(bitmap):
+                        partial = bitmap is not None and not all(bitmap)
+                        idle = min(idle * 2, HAVE_REFRESH_S if partial else 0.4)
+                        if partial:
                             bitmap = None
                         continue
                     idle = 0.02
                     index = pending[0]
+                    if index == _HAVE:
+                        status, payload = await self._response(stream, cp.OP_HAVE, 0)
+                        pending.popleft()
+                        bitmap = self._bitmap(peer, status, payload)
+                        useful = self._offers(bitmap)
+                        continue
                     status, data = await self._response(stream, cp.OP_GET, index)
                     pending.popleft()
                     self.inflight.discard(index)
@@ -401,13 +434,14 @@ class Download:
                         self._progress(peer, len(data))
                     elif status == cp.BUSY:
                         self.busy[(peer, index)] = time.monotonic() + 0.25
+                        if all(bitmap or ()):  # a superseeding publisher: its uplink is booked
+                            self.busy[(peer, _HAVE)] = time.monotonic() + BUSY_COMPLETE_S
                     else:
                         bitmap = None  # it lost the chunk: ask again once the pipeline drains
                 except _STREAM_ERRORS as e:
                     fails += 1
                     log.debug("chunk stream to %s failed (%d): %r", peer[-8:], fails, e)
-                    for i in pending:
-                        self.inflight.discard(i)
+                    self.inflight.difference_update(pending)
                     pending.clear()
                     if stream is not None:
                         await close_stream(stream)
@@ -418,13 +452,19 @@ class Download:
                         return
                     await trio.sleep(0.1 * fails)
         finally:
-            for i in pending:
-                self.inflight.discard(i)
+            self.inflight.difference_update(pending)
             self.workers.discard(peer)
             self.bitmaps.pop(peer, None)
             if stream is not None:
                 with trio.CancelScope(shield=True):
                     await close_stream(stream)
+
+    def _bitmap(self, peer: str, status: int, payload: bytes) -> list[bool]:
+        bitmap = (
+            cp.decode_bitmap(payload, self.ref.n_chunks) if status == cp.OK else [False] * self.ref.n_chunks
+        )
+        self.bitmaps[peer] = bitmap
+        return bitmap
 
     async def _s3_worker(self) -> None:
         """Ranged S3 reads, only while peers make no progress; backs off while S3 fails."""

@@ -332,7 +332,7 @@ class Pump:
             role=ctx.config.role,
             version=self.version(),
             peer_id=ctx.net.peer_id,
-            addrs=tuple(ctx.net.addrs[:16]),
+            addrs=tuple(ctx.net.advertised_addrs()[:16]),
             holds=tuple(self.holds()[-256:]),
             stats={k: int(v) for k, v in list(ctx.status.snapshot()["counters"].items())[:32]},
         )
