@@ -51,8 +51,14 @@ def train_local(
         cache_dir=cache_dir or default_cache_dir(),
         threads=threads,
     )
+    from p2prl.rl.distributed import launched, rank
+
+    if launched() and rank() != 0:  # a follower rank under torchrun: rank 0 reports
+        run(cfg)
+        return
     if json_out:
         summary = run(cfg)
+        assert summary is not None
         if not history:
             summary.pop("history")
         typer.echo(json.dumps(summary, sort_keys=True))
