@@ -32,6 +32,12 @@ def train_local(
     ),
     cache_dir: Path = typer.Option(None, "--cache-dir", help="Where the default model is built/cached."),
     history: bool = typer.Option(False, "--history", help="With --json: include per-step records."),
+    resume: Path = typer.Option(
+        None, "--resume", help="Start from this checkpoint (masters, optimizer, version)."
+    ),
+    save: Path = typer.Option(
+        None, "--save", help="Checkpoint here at the end (a directory under torchrun)."
+    ),
     threads: int = typer.Option(
         0, "--threads", help="Torch CPU threads (0: $P2PRL_TORCH_THREADS or 1, fastest for the tiny model)."
     ),
@@ -50,6 +56,8 @@ def train_local(
         eval_every=eval_every,
         cache_dir=cache_dir or default_cache_dir(),
         threads=threads,
+        resume=resume,
+        save=save,
     )
     from p2prl.rl.distributed import launched, rank
 

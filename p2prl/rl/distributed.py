@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from p2prl.rl.grpo import GRPOConfig, GRPOTrainer
-from p2prl.rl.model import unique_state
+from p2prl.rl.model import unique_state, weights_hash
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +212,15 @@ class ShardedGRPO(GRPOTrainer):
         self._full_prev = full
         return {k: v.clone() for k, v in full.items()}
 
+    def master_hash(self) -> str:
+        """The weights hash of the full fp32 masters, on rank 0 ("" elsewhere): what a restart must restore."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(
+            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+        return weights_hash({k: full[k] for k in self.names}) if rank() == 0 else ""
+
     def load_published(self, state: Mapping[str, Tensor]) -> None:
         """Set the sharded masters from a full (bf16) state held by rank 0."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
@@ -321,6 +330,9 @@ class Leader:
     def load(self, path: Path) -> None:
         self._call("load", str(path))
 
+    def master_hash(self) -> str:
+        return self._call("master")
+
     def load_published(self, state: Mapping[str, Tensor]) -> None:
         with self._lock:  # the state stays on rank 0: only the op travels
             _bcast(("load_published", ()))
@@ -363,9 +375,18 @@ def _run(learner: ShardedGRPO, op: str, args: tuple[Any, ...], publish_mode: str
         return learner.load(Path(args[0]))
     if op == "load_published":
         return learner.load_published({})
+    if op == "master":
+        return learner.master_hash()
     if op == "ping":
         return None
     raise ValueError(f"unknown learner op {op!r}")
+
+
+def master_hash(learner: Any) -> str:
+    """The fp32 master weights' hash of a learner, sharded or not."""
+    if isinstance(learner, Leader):
+        return learner.master_hash()
+    return weights_hash(unique_state(learner.model))
 
 
 def make_learner(model: Any, config: GRPOConfig, pad_id: int, publish_mode: str = "gather") -> Any:

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from p2prl.rl.buffer import ReplayBuffer
 from p2prl.rl.cpu import torch_threads
-from p2prl.rl.distributed import make_learner, world_size
+from p2prl.rl.distributed import make_learner, master_hash, world_size
 from p2prl.rl.engine import GenerationParams, HFEngine
 from p2prl.rl.evaluate import greedy_success
 from p2prl.rl.grpo import GRPOConfig
@@ -51,6 +51,8 @@ class LocalConfig:
     cache_dir: Path = field(default_factory=default_cache_dir)
     model_dir: Path | None = None
     threads: int = 0  # torch intra-op threads for the run; 0: p2prl.rl.cpu.default_threads() (1)
+    resume: Path | None = None  # a checkpoint to start from (masters, optimizer, version)
+    save: Path | None = None  # where to checkpoint at the end (a directory under torchrun)
 
 
 def changed_fraction(prev: dict[str, Tensor], new: dict[str, Tensor]) -> float:
@@ -97,7 +99,14 @@ def _train_local(cfg: LocalConfig, on_step: Callable[[dict[str, Any]], None] | N
     policy, _ = load_model(model_dir, dtype=torch.bfloat16)
     trainer = make_learner(master, GRPOConfig(lr=cfg.lr, temperature=cfg.temperature), tok.pad_id)
     try:
-        return _loop(cfg, on_step, model_dir, task, tok, policy, trainer)
+        resumed: dict[str, Any] = {}
+        if cfg.resume is not None:
+            trainer.load(cfg.resume)
+            resumed = {"resumed_version": trainer.version, "master_hash_start": master_hash(trainer)}
+        summary = _loop(cfg, on_step, model_dir, task, tok, policy, trainer)
+        if cfg.save is not None:
+            trainer.save(cfg.save)
+        return {**summary, **resumed, "master_hash": master_hash(trainer)}
     finally:
         close = getattr(trainer, "close", None)
         if close is not None:
