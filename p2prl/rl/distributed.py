@@ -212,6 +212,28 @@ class ShardedGRPO(GRPOTrainer):
         self._full_prev = full
         return {k: v.clone() for k, v in full.items()}
 
+    def memory(self) -> list[dict[str, float]]:
+        """Per rank (on rank 0; [] elsewhere): bytes of this rank's masters and optimizer state, peak RSS."""
+        import resource
+
+        mine = {
+            "master_mb": sum(_local(p).numel() * _local(p).element_size() for p in self.model.parameters())
+            / 2**20,
+            "optimizer_state_mb": sum(
+                _local(t).numel() * _local(t).element_size()
+                for st in self.opt.state.values()
+                for t in st.values()
+                if isinstance(t, Tensor) and t.dim() > 0
+            )
+            / 2**20,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+        if torch.cuda.is_available():
+            mine["peak_device_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        out: list[Any] = [None] * world_size() if rank() == 0 else []
+        dist.gather_object(mine, out if rank() == 0 else None, dst=0)
+        return out
+
     def master_hash(self) -> str:
         """The weights hash of the full fp32 masters, on rank 0 ("" elsewhere): what a restart must restore."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -321,8 +343,8 @@ class Leader:
     def step(self, groups: list[Any]) -> dict[str, float]:
         return self._call("step", groups)
 
-    def published_state(self) -> dict[str, Tensor]:
-        return self._call("state")
+    def published_state(self, mode: str | None = None) -> dict[str, Tensor]:
+        return self._call("state", mode or self.publish_mode)
 
     def save(self, path: Path) -> None:
         self._call("save", str(path))
@@ -332,6 +354,9 @@ class Leader:
 
     def master_hash(self) -> str:
         return self._call("master")
+
+    def memory(self) -> list[dict[str, float]]:
+        return self._call("memory")
 
     def load_published(self, state: Mapping[str, Tensor]) -> None:
         with self._lock:  # the state stays on rank 0: only the op travels
@@ -368,7 +393,9 @@ def _run(learner: ShardedGRPO, op: str, args: tuple[Any, ...], publish_mode: str
     if op == "step":
         return learner.step(args[0])
     if op == "state":
-        return learner.published_state(publish_mode)
+        return learner.published_state(args[0] if args else publish_mode)
+    if op == "memory":
+        return learner.memory()
     if op == "save":
         return learner.save(Path(args[0]))
     if op == "load":
