@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import threading
@@ -197,8 +198,7 @@ class ShardedGRPO(GRPOTrainer):
             off = 0
             if isinstance(v, DTensor):
                 _, goff = compute_local_shape_and_global_offset(v.shape, v.device_mesh, v.placements)
-                row = b[0].numel() if b.dim() else 1
-                off = int(goff[0]) * row if goff else 0
+                off = int(goff[0]) * math.prod(v.shape[1:]) if goff else 0
             parts[k] = (idx + off, b.flatten()[idx])
         self._local_prev = new_local
         gathered: list[Any] = [None] * world_size() if rank() == 0 else []
@@ -327,7 +327,8 @@ class Leader:
     def model(self) -> Any:
         return self.learner.model
 
-    def _call(self, op: str, *args: Any) -> Any:
+    def _call(self, op: str, *args: Any, local: Any = None) -> Any:
+        """Announce ``op`` to the followers, then run it here (``local``: rank 0's own part, if it differs)."""
         with self._lock:
             if self.error is not None:
                 raise RuntimeError(f"a rank failed earlier: {self.error}")
@@ -335,7 +336,7 @@ class Leader:
                 raise RuntimeError("the distributed learner is closed")
             try:
                 _bcast((op, args))
-                return _run(self.learner, op, args, self.publish_mode)
+                return local() if local is not None else _run(self.learner, op, args, self.publish_mode)
             except BaseException as e:
                 self.error = e
                 raise
@@ -359,9 +360,7 @@ class Leader:
         return self._call("memory")
 
     def load_published(self, state: Mapping[str, Tensor]) -> None:
-        with self._lock:  # the state stays on rank 0: only the op travels
-            _bcast(("load_published", ()))
-            self.learner.load_published(state)
+        self._call("load_published", local=lambda: self.learner.load_published(state))  # the state stays here
 
     def _keepalive(self) -> None:
         while not self._closed.wait(KEEPALIVE_S):
