@@ -104,6 +104,10 @@ def run_node(cfg: NodeConfig) -> None:
         from p2prl.rl import distributed
 
         if distributed.launched() and distributed.rank() != 0:
+            # a stop signal reaches every rank; rank 0 finishes its step, publish and checkpoint
+            # (collectives that need this rank) and then releases it
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_IGN)
             if cfg.torch_threads > 0:
                 import torch
 
