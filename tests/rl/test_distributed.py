@@ -42,9 +42,18 @@ def train_local(model_cache: Path, ranks: int, *args: str, timeout: float = 120)
     return json.loads(lines[0])
 
 
-def test_two_ranks_first_step_equals_one_process(default_model_dir: Path, model_cache: Path) -> None:
+@pytest.fixture(scope="module")
+def two_ranks(
+    default_model_dir: Path, model_cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict, Path]:
+    """Two steps on 2 ranks, checkpointed at the end: (summary, checkpoint directory)."""
+    ck = tmp_path_factory.mktemp("dcp") / "ck"
+    return train_local(model_cache, 2, "--steps", "2", "--save", str(ck)), ck
+
+
+def test_two_ranks_first_step_equals_one_process(two_ranks: tuple[dict, Path], model_cache: Path) -> None:
+    two, _ = two_ranks
     one = train_local(model_cache, 0, "--steps", "2")
-    two = train_local(model_cache, 2, "--steps", "2")
     assert one["world_size"] == 1 and two["world_size"] == 2
     assert one["first_loss"] != 0.0
     assert abs(one["first_loss"] - two["first_loss"]) < 1e-4
@@ -54,18 +63,17 @@ def test_two_ranks_first_step_equals_one_process(default_model_dir: Path, model_
     assert two["changed_fraction_first"] == one["changed_fraction_first"]
 
 
-def test_checkpoint_resumes_with_one_and_two_ranks(
-    default_model_dir: Path, model_cache: Path, tmp_path: Path
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_checkpoint_resumes_with_other_rank_counts(
+    two_ranks: tuple[dict, Path], model_cache: Path, ranks: int
 ) -> None:
-    ck = tmp_path / "ck"
-    first = train_local(model_cache, 2, "--steps", "2", "--save", str(ck))
+    first, ck = two_ranks
     assert first["versions"] == 2 and (ck / "p2prl_checkpoint.json").exists()
-    for ranks in (1, 2):
-        again = train_local(model_cache, ranks, "--steps", "1", "--resume", str(ck))
-        assert again["world_size"] == ranks
-        assert again["resumed_version"] == 2
-        assert again["master_hash_start"] == first["master_hash"]
-        assert again["versions"] == 3
+    again = train_local(model_cache, ranks, "--steps", "1", "--resume", str(ck))
+    assert again["world_size"] == ranks
+    assert again["resumed_version"] == 2
+    assert again["master_hash_start"] == first["master_hash"]
+    assert again["versions"] == 3
 
 
 def test_sharded_state_halves_and_both_publish_paths_agree() -> None:
