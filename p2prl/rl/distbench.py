@@ -59,7 +59,9 @@ def run(steps: int, groups: int, group_size: int, tokens: int, lr: float) -> dic
     vocab = CharTokenizer().vocab_size
     model = _qwen(BIG_ARCH, vocab, 0).float()
     params = sum(p.numel() for p in model.parameters())
-    learner = distributed.make_learner(model, GRPOConfig(lr=lr), 0)
+    learner = distributed.make_learner(
+        model, GRPOConfig(lr=lr), 0, publish_mode="gather"
+    )  # modes timed one by one
     try:
         data = [synthetic_groups(groups, group_size, tokens, vocab, s) for s in range(steps + 1)]
         learner.step(data[0])  # warm-up: allocates the optimizer state

@@ -14,7 +14,9 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--prompts", "4", "--samples", "4", "--eval-every", "0"]
+# lr 1e-5 changes 5-8% of the bf16 elements per step: the published state is gathered at some
+# steps and assembled from sparse shard diffs at others (the "auto" publish mode)
+SMALL = ["--prompts", "4", "--samples", "4", "--eval-every", "0", "--lr", "1e-5"]
 
 
 def _env(model_cache: Path) -> dict[str, str]:
@@ -46,21 +48,23 @@ def train_local(model_cache: Path, ranks: int, *args: str, timeout: float = 120)
 def two_ranks(
     default_model_dir: Path, model_cache: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[dict, Path]:
-    """Two steps on 2 ranks, checkpointed at the end: (summary, checkpoint directory)."""
+    """Three steps on 2 ranks, checkpointed at the end: (summary, checkpoint directory)."""
     ck = tmp_path_factory.mktemp("dcp") / "ck"
-    return train_local(model_cache, 2, "--steps", "2", "--save", str(ck)), ck
+    return train_local(model_cache, 2, "--steps", "3", "--history", "--save", str(ck)), ck
 
 
 def test_two_ranks_first_step_equals_one_process(two_ranks: tuple[dict, Path], model_cache: Path) -> None:
     two, _ = two_ranks
-    one = train_local(model_cache, 0, "--steps", "2")
+    one = train_local(model_cache, 0, "--steps", "3", "--history")
     assert one["world_size"] == 1 and two["world_size"] == 2
     assert one["first_loss"] != 0.0
     assert abs(one["first_loss"] - two["first_loss"]) < 1e-4
-    # the second step samples from the first step's published weights: the same only if the
-    # gradient (summed over the ranks' shares) and the sharded AdamW update matched too
-    assert two["reward_last"] == one["reward_last"]
-    assert two["changed_fraction_first"] == one["changed_fraction_first"]
+    # the gradient is the sum of the ranks' shares (clipping sees its norm), and the sharded AdamW
+    # update and the published bf16 states (gathered or sparse-assembled) match the single process
+    g1, g2 = one["history"][0]["grad_norm"], two["history"][0]["grad_norm"]
+    assert abs(g1 - g2) <= 1e-4 * g1
+    for a, b in zip(one["history"], two["history"], strict=True):
+        assert abs(a["changed_fraction"] - b["changed_fraction"]) < 1e-3
 
 
 @pytest.mark.parametrize("ranks", [1, 2])
@@ -68,12 +72,12 @@ def test_checkpoint_resumes_with_other_rank_counts(
     two_ranks: tuple[dict, Path], model_cache: Path, ranks: int
 ) -> None:
     first, ck = two_ranks
-    assert first["versions"] == 2 and (ck / "p2prl_checkpoint.json").exists()
+    assert first["versions"] == 3 and (ck / "p2prl_checkpoint.json").exists()
     again = train_local(model_cache, ranks, "--steps", "1", "--resume", str(ck))
     assert again["world_size"] == ranks
-    assert again["resumed_version"] == 2
+    assert again["resumed_version"] == 3
     assert again["master_hash_start"] == first["master_hash"]
-    assert again["versions"] == 3
+    assert again["versions"] == 4
 
 
 def test_sharded_state_halves_and_both_publish_paths_agree() -> None:
