@@ -32,6 +32,12 @@ def train_local(
     ),
     cache_dir: Path = typer.Option(None, "--cache-dir", help="Where the default model is built/cached."),
     history: bool = typer.Option(False, "--history", help="With --json: include per-step records."),
+    resume: Path = typer.Option(
+        None, "--resume", help="Start from this checkpoint (masters, optimizer, version)."
+    ),
+    save: Path = typer.Option(
+        None, "--save", help="Checkpoint here at the end (a directory under torchrun)."
+    ),
     threads: int = typer.Option(
         0, "--threads", help="Torch CPU threads (0: $P2PRL_TORCH_THREADS or 1, fastest for the tiny model)."
     ),
@@ -50,9 +56,17 @@ def train_local(
         eval_every=eval_every,
         cache_dir=cache_dir or default_cache_dir(),
         threads=threads,
+        resume=resume,
+        save=save,
     )
+    from p2prl.rl.distributed import launched, rank
+
+    if launched() and rank() != 0:  # a follower rank under torchrun: rank 0 reports
+        run(cfg)
+        return
     if json_out:
         summary = run(cfg)
+        assert summary is not None
         if not history:
             summary.pop("history")
         typer.echo(json.dumps(summary, sort_keys=True))
@@ -102,3 +116,18 @@ def _live(cfg: Any, run: Any) -> None:
         f"greedy {summary['greedy_first']:.3f} → {summary['greedy_last']:.3f}; {summary['steps']} steps; "
         f"changed fraction mean {summary['changed_fraction_mean']:.4f}"
     )
+
+
+def bench_trainer(
+    steps: int = typer.Option(3, "--steps", min=1, help="Timed GRPO steps (after one warm-up step)."),
+    groups: int = typer.Option(4, "--groups", min=1, help="Rollout groups per step."),
+    group_size: int = typer.Option(8, "--group-size", min=2, help="Rollouts per group."),
+    tokens: int = typer.Option(24, "--tokens", min=1, help="Completion tokens per rollout."),
+    lr: float = typer.Option(1e-5, "--lr", help="AdamW learning rate."),
+) -> None:
+    """Step time, publish time and memory per rank of the ~24M-parameter learner; run under torchrun."""
+    from p2prl.rl.distbench import run
+
+    result = run(steps, groups, group_size, tokens, lr)
+    if result is not None:
+        typer.echo(json.dumps(result, sort_keys=True))

@@ -95,7 +95,25 @@ def start_node(cfg: NodeConfig) -> RunningNode:
 
 
 def run_node(cfg: NodeConfig) -> None:
-    """Run until SIGINT/SIGTERM (or a role thread crash); then stop cleanly."""
+    """Run until SIGINT/SIGTERM (or a role thread crash); then stop cleanly.
+
+    A trainer under torchrun runs here on rank 0 only; the other ranks serve its sharded learner
+    and never open a socket or touch the chain.
+    """
+    if cfg.role == "trainer":
+        from p2prl.rl import distributed
+
+        if distributed.launched() and distributed.rank() != 0:
+            # a stop signal reaches every rank; rank 0 finishes its step, publish and checkpoint
+            # (collectives that need this rank) and then releases it
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_IGN)
+            if cfg.torch_threads > 0:
+                import torch
+
+                torch.set_num_threads(cfg.torch_threads)
+            distributed.follow()
+            return
     node = start_node(cfg)
     done = threading.Event()
 

@@ -90,7 +90,8 @@ class Trainer:
     def __init__(self, ctx: NodeContext) -> None:
         from p2prl.patch.chain import ChainPublisher
         from p2prl.rl.buffer import ReplayBuffer
-        from p2prl.rl.grpo import GRPOConfig, GRPOTrainer
+        from p2prl.rl.distributed import make_learner
+        from p2prl.rl.grpo import GRPOConfig
 
         self.ctx = ctx
         cfg = ctx.config
@@ -106,8 +107,9 @@ class Trainer:
         gkw: dict[str, Any] = {"temperature": generation_params(ctx).temperature}
         if cfg.lr > 0:
             gkw["lr"] = cfg.lr
-        self.grpo = GRPOTrainer(model, GRPOConfig(**gkw), pad_id=self.tok.pad_id)
-        self.ckpt = self.dir / "checkpoint.pt"
+        # under torchrun: rank 0's handle on the learner sharded over all ranks (p2prl.rl.distributed)
+        self.grpo = make_learner(model, GRPOConfig(**gkw), self.tok.pad_id)
+        self.ckpt = self.dir / getattr(self.grpo, "checkpoint_name", "checkpoint.pt")
         patch = ctx.g.patch
         self.chain = ChainPublisher(
             self.dir / "chain",
@@ -358,6 +360,15 @@ class Trainer:
         """Stop publishing new versions (keep serving); used to let miners catch up."""
         self.paused.set()
         self.ctx.status.set(paused=True, sync_state="paused")
+
+    def close(self) -> None:
+        """Let the train and publish threads finish, then release the other ranks (under torchrun)."""
+        for t in self.ctx.threads:
+            if t.name in ("p2prl-train", "p2prl-publish"):
+                t.join(30.0)
+        close = getattr(self.grpo, "close", None)
+        if close is not None:
+            close()
 
     def holds(self) -> list[str]:
         return [m.blob.id for m in self.chain.index.all()][-64:]

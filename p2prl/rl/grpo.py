@@ -114,6 +114,7 @@ class GRPOTrainer:
         if not rows:
             return {**stats, "skipped": 1.0, "loss": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, "kl": 0.0}
         n_tok = sum(len(c) for _, c, _, _ in rows)
+        rows = self.local_rows(rows)
         self.model.train()
         self.opt.zero_grad(set_to_none=True)
         tot = {"loss": 0.0, "clipped": 0.0, "ratio": 0.0, "kl": 0.0}
@@ -141,6 +142,7 @@ class GRPOTrainer:
             tot["loss"] += float(loss.detach())
             tot["clipped"] += float((((ratio.detach() - 1).abs() > cfg.clip_eps) & mask).sum())
             tot["ratio"] += float((ratio.detach() * mask).sum())
+        self.reduce_totals(tot)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
@@ -155,6 +157,13 @@ class GRPOTrainer:
             "grad_norm": float(grad_norm),
             "tokens": float(n_tok),
         }
+
+    def local_rows(self, rows: list[Any]) -> list[Any]:
+        """This process's share of the step's rollouts (all of them; sharded learners take a slice)."""
+        return rows
+
+    def reduce_totals(self, tot: dict[str, float]) -> None:
+        """Sum the statistics over data-parallel ranks (nothing to do in one process)."""
 
     def published_state(self) -> dict[str, Tensor]:
         """A bf16 copy of the weights (tied aliases once), for the patch codec and the engines."""

@@ -19,9 +19,10 @@ from torch import Tensor
 
 from p2prl.rl.buffer import ReplayBuffer
 from p2prl.rl.cpu import torch_threads
+from p2prl.rl.distributed import make_learner, master_hash, world_size
 from p2prl.rl.engine import GenerationParams, HFEngine
 from p2prl.rl.evaluate import greedy_success
-from p2prl.rl.grpo import GRPOConfig, GRPOTrainer
+from p2prl.rl.grpo import GRPOConfig
 from p2prl.rl.model import DIGITS, build_default_model, load_model
 from p2prl.rl.tasks import derive_seed, get_task
 from p2prl.rl.types import Rollout, RolloutGroup
@@ -50,6 +51,8 @@ class LocalConfig:
     cache_dir: Path = field(default_factory=default_cache_dir)
     model_dir: Path | None = None
     threads: int = 0  # torch intra-op threads for the run; 0: p2prl.rl.cpu.default_threads() (1)
+    resume: Path | None = None  # a checkpoint to start from (masters, optimizer, version)
+    save: Path | None = None  # where to checkpoint at the end (a directory under torchrun)
 
 
 def changed_fraction(prev: dict[str, Tensor], new: dict[str, Tensor]) -> float:
@@ -68,12 +71,21 @@ def version_hash(seed: int, version: int) -> str:
     return hashlib.sha256(f"p2prl-local:{seed}:{version}".encode()).hexdigest()
 
 
-def train_local(cfg: LocalConfig, on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+def train_local(
+    cfg: LocalConfig, on_step: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any] | None:
     """Run until ``minutes`` or ``max_steps``; returns the summary (see ``p2prl train-local --json``).
 
     Runs with ``cfg.threads`` torch threads (one by default: see ``p2prl.rl.cpu``), restored after.
+    Under torchrun the learner is sharded over the ranks (``p2prl.rl.distributed``): rank 0 runs the
+    loop and returns the summary, the other ranks serve its learner and return None.
     """
+    from p2prl.rl import distributed
+
     with torch_threads(cfg.threads) as threads:
+        if distributed.launched() and distributed.rank() != 0:
+            distributed.follow()
+            return None
         summary = _train_local(cfg, on_step)
     summary["threads"] = threads
     return summary
@@ -85,7 +97,31 @@ def _train_local(cfg: LocalConfig, on_step: Callable[[dict[str, Any]], None] | N
     task = get_task("addition", digits=DIGITS)
     master, tok = load_model(model_dir, dtype=torch.float32)
     policy, _ = load_model(model_dir, dtype=torch.bfloat16)
-    trainer = GRPOTrainer(master, GRPOConfig(lr=cfg.lr, temperature=cfg.temperature), pad_id=tok.pad_id)
+    trainer = make_learner(master, GRPOConfig(lr=cfg.lr, temperature=cfg.temperature), tok.pad_id)
+    try:
+        resumed: dict[str, Any] = {}
+        if cfg.resume is not None:
+            trainer.load(cfg.resume)
+            resumed = {"resumed_version": trainer.version, "master_hash_start": master_hash(trainer)}
+        summary = _loop(cfg, on_step, model_dir, task, tok, policy, trainer)
+        if cfg.save is not None:
+            trainer.save(cfg.save)
+        return {**summary, **resumed, "master_hash": master_hash(trainer)}
+    finally:
+        close = getattr(trainer, "close", None)
+        if close is not None:
+            close()
+
+
+def _loop(
+    cfg: LocalConfig,
+    on_step: Callable[[dict[str, Any]], None] | None,
+    model_dir: Path,
+    task: Any,
+    tok: Any,
+    policy: Any,
+    trainer: Any,
+) -> dict[str, Any]:
     engine = HFEngine(policy, tok, return_hidden=False)
     buffer = ReplayBuffer(max_staleness=2, half_life=1.0, capacity_groups=8 * cfg.prompts_per_step)
     published = trainer.published_state()
@@ -155,6 +191,8 @@ def _train_local(cfg: LocalConfig, on_step: Callable[[dict[str, Any]], None] | N
         "changed_fraction_mean": sum(fractions) / len(fractions) if fractions else 0.0,
         "changed_fraction_first": fractions[0] if fractions else 0.0,
         "rollouts_per_step": cfg.prompts_per_step * cfg.samples_per_prompt,
+        "world_size": world_size(),
+        "first_loss": history[0]["loss"] if history else None,
         "model_dir": str(model_dir),
         "history": history,
     }

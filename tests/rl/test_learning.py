@@ -82,3 +82,4 @@ def test_train_local_cli_json_smoke(default_model_dir, model_cache) -> None:
         assert 0.0 <= summary[key] <= 1.0
     assert summary["model_dir"] == str(default_model_dir)
     assert summary["threads"] == 1 and summary["seconds_per_step"] > 0
+    assert summary["world_size"] == 1 and isinstance(summary["first_loss"], float)
