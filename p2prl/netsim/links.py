@@ -48,9 +48,11 @@ class Sim:
 
 
 class Flow:
-    __slots__ = ("src", "dst", "size", "remaining", "rate", "t", "version", "alive", "on_done", "args")
+    __slots__ = ("alive", "args", "dst", "on_done", "rate", "remaining", "size", "src", "t", "version")
 
-    def __init__(self, src: int, dst: int, size: float, now: float, on_done: Callable[..., None], args: tuple) -> None:
+    def __init__(
+        self, src: int, dst: int, size: float, now: float, on_done: Callable[..., None], args: tuple
+    ) -> None:
         self.src = src
         self.dst = dst
         self.size = size

@@ -77,7 +77,7 @@ def build(spec: Spec) -> Population:
     public_present: list[int] = [0]
     linked: set[tuple[int, int]] = set()
     for i in order:
-        targets = [0] + rng.sample(public_present[1:], min(spec.dial, len(public_present) - 1))
+        targets = [0, *rng.sample(public_present[1:], min(spec.dial, len(public_present) - 1))]
         for j in targets:
             key = (min(i, j), max(i, j))
             if key in linked:

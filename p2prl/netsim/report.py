@@ -20,7 +20,9 @@ def _quantile_time(done: list[float | None], q: float) -> float | None:
     return round(times[need - 1], 3) if len(times) >= need else None
 
 
-def summary(done: list[float | None], trainer_up: float, size: int, pop: Population, wall: float) -> dict[str, Any]:
+def summary(
+    done: list[float | None], trainer_up: float, size: int, pop: Population, wall: float
+) -> dict[str, Any]:
     nat_done = [t for i, t in enumerate(done) if i and pop.nat[i]]
     return {
         "trainer_upload_bytes": int(trainer_up),
@@ -36,7 +38,9 @@ def summary(done: list[float | None], trainer_up: float, size: int, pop: Populat
 
 def run_swarm(spec: Spec, pop: Population, cooldown_s: float = 1.0, cap_mb_s: float = 0.0) -> dict[str, Any]:
     t0 = time.perf_counter()
-    s = SwarmSim(spec, pop, NetConfig(superseed=cooldown_s > 0, superseed_cooldown_s=cooldown_s or 1.0), cap_mb_s)
+    s = SwarmSim(
+        spec, pop, NetConfig(superseed=cooldown_s > 0, superseed_cooldown_s=cooldown_s or 1.0), cap_mb_s
+    )
     s.run()
     done = [node.done_at for node in s.nodes]
     out = summary(done, s.links.bytes_up[0], spec.size, pop, time.perf_counter() - t0)

@@ -73,7 +73,9 @@ class Worker:
 
 
 class SwarmSim:
-    def __init__(self, spec: Spec, pop: Population, cfg: NetConfig | None = None, cap_mb_s: float = 0.0) -> None:
+    def __init__(
+        self, spec: Spec, pop: Population, cfg: NetConfig | None = None, cap_mb_s: float = 0.0
+    ) -> None:
         self.spec = spec
         self.cfg = cfg or NetConfig(superseed=True, superseed_cooldown_s=1.0)
         self.rng = random.Random(spec.seed + 7)
