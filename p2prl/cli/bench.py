@@ -3,6 +3,7 @@
 import typer
 
 from p2prl.cli.net import bench_fanout
+from p2prl.cli.netsim import bench_swarm_sim
 from p2prl.cli.patch import bench_patch, bench_patch_cli
 from p2prl.cli.proof import bench_proof
 
@@ -11,3 +12,4 @@ app.command("patch")(bench_patch)
 app.command("patch-cli")(bench_patch_cli)
 app.command("fanout")(bench_fanout)
 app.command("proof")(bench_proof)
+app.command("swarm-sim")(bench_swarm_sim)

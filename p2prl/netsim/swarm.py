@@ -32,6 +32,7 @@ class Node:
     def __init__(self, idx: int, n_chunks: int, complete: bool) -> None:
         self.idx = idx
         self.have = [complete] * n_chunks
+        self.have_at = [0.0 if complete else math.inf] * n_chunks  # when each chunk was verified
         self.count = n_chunks if complete else 0
         self.complete = complete
         self.done_at: float | None = 0.0 if complete else None
@@ -65,7 +66,8 @@ class Worker:
         self.pending: collections.deque[int] = collections.deque()
         self.fails = 0
         self.idle = sel.IDLE_MIN_S
-        self.wait_id = 0
+        self.deadline = math.inf  # when the response awaited now times out
+        self.timer = False  # a timeout check is on the event heap
         self.queue: collections.deque[int] = collections.deque()  # GETs the provider has read
         self.serving = False
         self.flow: Flow | None = None
@@ -183,7 +185,7 @@ class SwarmSim:
             return
         d, now = w.d, self.sim.now
         if w.bitmap is None and not w.pending:
-            self.sim.after(self.lat, self._have, w, gen)
+            self._ask_have(w, gen, now)
             return
         depth = max(1, self.cfg.limits.pipeline_depth)
         while w.bitmap is not None and len(w.pending) < depth:
@@ -197,33 +199,36 @@ class SwarmSim:
             self.stats["gets"] += 1
             self.sim.after(self.lat, self._get_arrives, w, gen, i)
         if not w.pending:
-            self.sim.after(w.idle, self._wake, w, gen)
+            # idle: sleep, then refresh a partial holder's bitmap (the sleep and the HAVE round trip
+            # are one event: the answer is what the provider held when the HAVE reached it)
+            t = now + w.idle
+            w.idle = min(w.idle * 2, sel.IDLE_MAX_S)
+            if w.bitmap is not None and all(w.bitmap):
+                self.sim.at(t, self._step, w, gen)
+            else:
+                w.bitmap = None
+                self._ask_have(w, gen, t)
             return
         w.idle = sel.IDLE_MIN_S
-        w.wait_id += 1
-        self.sim.after(self.cfg.chunk_timeout_s, self._timeout, w, gen, w.wait_id)
+        w.deadline = now + self.cfg.chunk_timeout_s
+        if not w.timer:
+            w.timer = True
+            self.sim.at(w.deadline, self._timer, w)
 
-    def _wake(self, w: Worker, gen: int) -> None:
-        if gen != w.gen or not w.alive:
-            return
-        w.idle = min(w.idle * 2, sel.IDLE_MAX_S)
-        if w.bitmap is not None and not all(w.bitmap):
-            w.bitmap = None
-        self._step(w, gen)
-
-    def _have(self, w: Worker, gen: int) -> None:
-        """The provider answers HAVE with what it holds now."""
-        if gen != w.gen or not w.alive:
-            return
-        snap = self.all_true if w.p.complete else list(w.p.have)
+    def _ask_have(self, w: Worker, gen: int, t: float) -> None:
         self.stats["haves"] += 1
-        self.sim.after(self.lat, self._have_arrives, w, gen, snap)
+        self.sim.at(t + 2 * self.lat, self._have_arrives, w, gen, t + self.lat)
 
-    def _have_arrives(self, w: Worker, gen: int, snap: Any) -> None:
+    def _have_arrives(self, w: Worker, gen: int, t_answer: float) -> None:
         if gen != w.gen or not w.alive:
             return
+        p = w.p
+        if p.done_at is not None and p.done_at <= t_answer:
+            snap: Any = self.all_true
+        else:
+            snap = [h <= t_answer for h in p.have_at]
         w.bitmap = snap
-        w.d.bitmaps[w.p.idx] = snap
+        w.d.bitmaps[p.idx] = snap
         self._step(w, gen)
 
     # ------------------------------------------------------------------ the provider's chunk server
@@ -285,10 +290,11 @@ class SwarmSim:
         w.pending.popleft()
         d.inflight.discard(i)
         w.fails = 0
-        w.wait_id += 1
+        w.deadline = math.inf
         if status == OK:
             if not d.have[i]:
                 d.have[i] = True
+                d.have_at[i] = self.sim.now
                 d.count += 1
             d.last_peer_progress = self.sim.now
             if d.count == self.n:
@@ -300,11 +306,17 @@ class SwarmSim:
             w.bitmap = None
         self._step(w, gen)
 
-    def _timeout(self, w: Worker, gen: int, wait_id: int) -> None:
-        if gen != w.gen or not w.alive or wait_id != w.wait_id:
+    def _timer(self, w: Worker) -> None:
+        """Timeout check: one per worker on the heap, moved on while responses keep coming."""
+        w.timer = False
+        if not w.alive or w.deadline == math.inf:
+            return
+        if self.sim.now < w.deadline:
+            w.timer = True
+            self.sim.at(w.deadline, self._timer, w)
             return
         self.stats["timeouts"] += 1
-        self._stream_error(w, gen)
+        self._stream_error(w, w.gen)
 
     def _close(self, w: Worker) -> None:
         w.gen += 1
@@ -325,6 +337,7 @@ class SwarmSim:
         for i in w.pending:
             d.inflight.discard(i)
         w.pending.clear()
+        w.deadline = math.inf
         self._close(w)
         w.bitmap = None
         if w.fails >= FAILS_BEFORE_RETRY_AFTER:
