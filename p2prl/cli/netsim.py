@@ -30,6 +30,9 @@ def bench_swarm_sim(
     cooldown_s: float = typer.Option(1.0, "--cooldown-s", help="Trainer superseed cooldown (0: off)."),
     cap_mb_s: float = typer.Option(0.0, "--cap-mb-s", help="Peers' upload cap, MB/s (0: none)."),
     fanout: int = typer.Option(4, "--tree-fanout", min=1, help="Children per relay-tree node."),
+    provider_order: str = typer.Option(
+        "id", "--provider-order", help="Providers after the trainer: 'id' (the node's order) or 'random'."
+    ),
     seed: int = typer.Option(1, "--seed"),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -50,7 +53,9 @@ def bench_swarm_sim(
         join_spread_s=join_spread_s,
         seed=seed,
     )
-    res = run_all(spec, fanout=fanout, cooldown_s=cooldown_s, cap_mb_s=cap_mb_s)
+    res = run_all(
+        spec, fanout=fanout, cooldown_s=cooldown_s, cap_mb_s=cap_mb_s, provider_order=provider_order
+    )
     if as_json:
         typer.echo(json.dumps(res, indent=1))
         return

@@ -34,11 +34,14 @@ class Sim:
 
     def run(self, until: float = float("inf"), stop: Callable[[], bool] | None = None) -> None:
         heap = self._heap
-        while heap:
-            t = heap[0][0]
-            if t > self.now and self.links is not None and self.links.dirty:
-                self.links.settle()  # rates for the flows that changed at this instant
+        links = self.links
+        while True:
+            if links is not None and links.dirty and (not heap or heap[0][0] > self.now):
+                links.settle()  # rates for the flows that changed at this instant
                 continue
+            if not heap:
+                break
+            t = heap[0][0]
             if t > until or (stop is not None and stop()):
                 break
             _, _, fn, args = heapq.heappop(heap)

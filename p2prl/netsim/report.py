@@ -36,10 +36,16 @@ def summary(
     }
 
 
-def run_swarm(spec: Spec, pop: Population, cooldown_s: float = 1.0, cap_mb_s: float = 0.0) -> dict[str, Any]:
+def run_swarm(
+    spec: Spec, pop: Population, cooldown_s: float = 1.0, cap_mb_s: float = 0.0, provider_order: str = "id"
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     s = SwarmSim(
-        spec, pop, NetConfig(superseed=cooldown_s > 0, superseed_cooldown_s=cooldown_s or 1.0), cap_mb_s
+        spec,
+        pop,
+        NetConfig(superseed=cooldown_s > 0, superseed_cooldown_s=cooldown_s or 1.0),
+        cap_mb_s,
+        provider_order,
     )
     s.run()
     done = [node.done_at for node in s.nodes]
@@ -50,7 +56,12 @@ def run_swarm(spec: Spec, pop: Population, cooldown_s: float = 1.0, cap_mb_s: fl
 
 
 def run_all(
-    spec: Spec, fanout: int = 4, cooldown_s: float = 1.0, cap_mb_s: float = 0.0, baselines: bool = True
+    spec: Spec,
+    fanout: int = 4,
+    cooldown_s: float = 1.0,
+    cap_mb_s: float = 0.0,
+    baselines: bool = True,
+    provider_order: str = "id",
 ) -> dict[str, Any]:
     pop = build(spec)
     n = len(pop.up)
@@ -63,7 +74,8 @@ def run_all(
         "peer_up_mbit_median": round(sorted(mbit)[len(mbit) // 2], 1) if mbit else None,
         "one_transfer_s": round(spec.size / min(pop.up[0], min(pop.down[1:], default=pop.up[0])), 3),
         "superseed_cooldown_s": cooldown_s,
-        "swarm": run_swarm(spec, pop, cooldown_s, cap_mb_s),
+        "provider_order": provider_order,
+        "swarm": run_swarm(spec, pop, cooldown_s, cap_mb_s, provider_order),
     }
     if baselines:
         for name, cls, kw in (("star", StarSim, {}), ("tree", TreeSim, {"fanout": fanout})):

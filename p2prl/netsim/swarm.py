@@ -76,8 +76,16 @@ class Worker:
 
 class SwarmSim:
     def __init__(
-        self, spec: Spec, pop: Population, cfg: NetConfig | None = None, cap_mb_s: float = 0.0
+        self,
+        spec: Spec,
+        pop: Population,
+        cfg: NetConfig | None = None,
+        cap_mb_s: float = 0.0,
+        provider_order: str = "id",
     ) -> None:
+        if provider_order not in ("id", "random"):
+            raise ValueError(f"provider order {provider_order!r}: 'id' or 'random'")
+        self.provider_order = provider_order
         self.spec = spec
         self.cfg = cfg or NetConfig(superseed=True, superseed_cooldown_s=1.0)
         self.rng = random.Random(spec.seed + 7)
@@ -119,6 +127,10 @@ class SwarmSim:
     def _providers(self, d: Node) -> list[int]:
         if d.providers is None:  # node.providers(): hinted first, then connected peers by id
             rest = sorted((j for j in d.conns if j != 0), key=self.pid.__getitem__)
+            if self.provider_order == "random":  # the alternative: each downloader its own order
+                random.Random(self.spec.seed * 1_000_003 + d.idx).shuffle(rest)
+            if self.provider_order == "random":  # the alternative: each downloader its own order
+                random.Random(self.spec.seed * 1_000_003 + d.idx).shuffle(rest)
             d.providers = ([0] if 0 in d.conns else []) + rest
         return d.providers
 
