@@ -23,7 +23,7 @@ class Spec:
     chunk_kib: int = 1024
     up_mbit: tuple[float, float] = (10.0, 1000.0)  # range of peers' uplinks, log-uniform
     link_mbit: float = 0.0  # > 0: every link (trainer's too) this rate both ways
-    up_override_mbit: float = 0.0  # > 0: every peer's uplink (not the trainer's) this rate
+    up_override_mbit: float = 0.0  # > 0: every peer's uplink this rate (the trainer's too with link_mbit)
     trainer_mbit: float = 1000.0
     nat_share: float = 0.5
     latency_s: float = 0.025  # one way, per message
@@ -66,8 +66,9 @@ def build(spec: Spec) -> Population:
         up.append(u * MBIT)
         down.append(d * MBIT)
         nat.append(spec.link_mbit <= 0 and rng.random() < spec.nat_share)
-    if spec.link_mbit > 0:
-        up[0] = down[0] = spec.link_mbit * MBIT
+    if spec.link_mbit > 0:  # the testbed's links: the publisher's like everyone's
+        up[0] = (spec.up_override_mbit or spec.link_mbit) * MBIT
+        down[0] = spec.link_mbit * MBIT
     hops = max(1, math.ceil(math.log(max(2, n)) / math.log(6)))  # gossip mesh of degree 6
     join = [0.0] + [rng.uniform(0, spec.join_spread_s) for _ in range(spec.peers)]
     start = [0.0] + [join[i] + spec.latency_s * rng.randint(1, hops) for i in range(1, n)]
