@@ -8,6 +8,7 @@ from p2prl.net import selection
 from p2prl.netsim.baselines import StarSim, TreeSim, tree_parents
 from p2prl.netsim.population import MBIT, Spec, build
 from p2prl.netsim.report import run_all, run_swarm
+from p2prl.netsim.swarm import SwarmSim
 
 
 def _star(spec: Spec) -> StarSim:
@@ -86,3 +87,12 @@ def test_the_simulator_runs_the_live_chunk_choice(monkeypatch: pytest.MonkeyPatc
     res = run_swarm(Spec(peers=4, patch_mib=2, link_mbit=50), build(Spec(peers=4, patch_mib=2, link_mbit=50)))
     assert res["complete"] == 4
     assert len(calls) >= 2 * 4  # at least one pick per chunk per peer
+
+
+def test_late_joiners_connect_and_finish_after_they_join() -> None:
+    spec = Spec(peers=30, patch_mib=4, nat_share=0.3, join_spread_s=6.0, seed=8)
+    pop = build(spec)
+    assert max(pop.start) > 3.0
+    s = SwarmSim(spec, pop)
+    s.run()
+    assert all(n.done_at is not None and n.done_at >= pop.start[n.idx] for n in s.nodes[1:])
