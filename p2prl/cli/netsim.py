@@ -40,6 +40,9 @@ def bench_swarm_sim(
     from p2prl.netsim.population import Spec
     from p2prl.netsim.report import run_all
 
+    if provider_order not in ("id", "random"):
+        raise typer.BadParameter("'id' or 'random'", param_hint="--provider-order")
+
     spec = Spec(
         peers=peers,
         patch_mib=patch_mib,
