@@ -4,6 +4,7 @@ import typer
 
 from p2prl.cli.flood import bench_flood
 from p2prl.cli.net import bench_fanout
+from p2prl.cli.netsim import bench_swarm_sim
 from p2prl.cli.patch import bench_patch, bench_patch_cli
 from p2prl.cli.proof import bench_proof
 from p2prl.cli.rl import bench_trainer
@@ -15,3 +16,4 @@ app.command("fanout")(bench_fanout)
 app.command("proof")(bench_proof)
 app.command("flood")(bench_flood)
 app.command("trainer")(bench_trainer)
+app.command("swarm-sim")(bench_swarm_sim)

@@ -133,7 +133,9 @@ def bench_patch(
 
 
 def bench_patch_cli(
-    scale: float = typer.Option(0.24, "--scale", help="Model size as for `bench patch` (0.24: ≈118M parameters)."),
+    scale: float = typer.Option(
+        0.24, "--scale", help="Model size as for `bench patch` (0.24: ≈118M parameters)."
+    ),
     repeat: int = typer.Option(3, "--repeat", help="Timed runs of each process (median reported)."),
     cache: Path | None = typer.Option(None, "--cache", help="Keep the generated weights here for reruns."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),

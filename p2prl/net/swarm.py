@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import trio
 
 from p2prl.net import chunkproto as cp
+from p2prl.net import selection as sel
 from p2prl.net.config import NetConfig
 from p2prl.net.counters import Counters
 from p2prl.net.pacing import UploadPacer
@@ -212,16 +213,9 @@ class ChunkServer:
             # a few chunks at a time, each at the full uplink rate: they are complete (and
             # re-served by their downloaders) after a chunk's time, not after the whole blob's
             return False
-        now = time.monotonic()
-        key = (blob_id, index)
-        count, first = self._uploads.get(key, (0, now))
-        # the k-th upload of a chunk is allowed k-1 cooldowns after its first one (count = k-1)
-        if count > (now - first) / self.ctx.config.superseed_cooldown_s:
-            return False
-        self._uploads[key] = (count + 1, first)
-        if len(self._uploads) > 65536:
-            self._uploads.clear()
-        return True
+        return sel.may_upload_copy(
+            self._uploads, (blob_id, index), time.monotonic(), self.ctx.config.superseed_cooldown_s
+        )
 
 
 class Download:
@@ -302,7 +296,7 @@ class Download:
                     break
                 self.workers.add(peer)
                 nursery.start_soon(self._worker, peer)
-            await trio.sleep(0.2)
+            await trio.sleep(sel.RECRUIT_S)
 
     def _offers(self, bitmap: list[bool] | None) -> bool:
         return bitmap is not None and any(b and not h for b, h in zip(bitmap, self.part.have, strict=True))
@@ -317,31 +311,18 @@ class Download:
 
     def _pick(self, peer: str, bitmap: list[bool]) -> int | None:
         now = time.monotonic()
-        if self.busy.get((peer, _HAVE), 0.0) > now:
+        if self.busy.get((peer, _HAVE), 0.0) > now:  # a superseeding publisher's uplink is booked
             return None
-        have = self.part.have
-        cands = [
-            i
-            for i in range(self.ref.n_chunks)
-            if bitmap[i] and not have[i] and i not in self.inflight and self.busy.get((peer, i), 0.0) <= now
-        ]
-        if not cands:
-            return None
-        if all(bitmap):
-            # a complete holder (often the publisher) serves what no partial holder can: its uplink is
-            # the scarce one, and partial holders re-serve each chunk as soon as they verify it
-            others = [b for p, b in self.bitmaps.items() if p != peer]
-            rare = [i for i in cands if not any(b[i] for b in others)]
-            if rare:
-                cands = rare
-            else:
-                partial = [b for b in others if not all(b)]
-                if any(b[i] for b in partial for i in cands) and now - self.last_peer_progress < 1.0:
-                    return None
-        if len(cands) > 32:
-            cands = random.sample(cands, 32)
-        maps = list(self.bitmaps.values())
-        return min(cands, key=lambda i: (sum(1 for b in maps if b[i]), random.random()))
+        return sel.pick_chunk(
+            peer,
+            bitmap,
+            self.part.have,
+            self.inflight,
+            self.busy,
+            self.bitmaps,
+            now,
+            self.last_peer_progress,
+        )
 
     async def _send(self, stream: Any, op: int, index: int) -> None:
         req = cp.encode_request(op, self.ref.id, self.ref.digest, index, self.ref.chunk_size)
@@ -361,7 +342,7 @@ class Download:
         """
         stream: Any = None
         fails = 0
-        idle = 0.02
+        idle = sel.IDLE_MIN_S
         bitmap: list[bool] | None = None
         have_at = 0.0
         pending: collections.deque[int] = collections.deque()
@@ -407,11 +388,11 @@ class Download:
                     if not pending:
                         await trio.sleep(idle)
                         partial = bitmap is not None and not all(bitmap)
-                        idle = min(idle * 2, HAVE_REFRESH_S if partial else 0.4)
+                        idle = min(idle * 2, HAVE_REFRESH_S if partial else sel.IDLE_MAX_S)
                         if partial:
                             bitmap = None
                         continue
-                    idle = 0.02
+                    idle = sel.IDLE_MIN_S
                     index = pending[0]
                     if index == _HAVE:
                         status, payload = await self._response(stream, cp.OP_HAVE, 0)
@@ -433,7 +414,7 @@ class Download:
                         probation = math.inf
                         self._progress(peer, len(data))
                     elif status == cp.BUSY:
-                        self.busy[(peer, index)] = time.monotonic() + 0.25
+                        self.busy[(peer, index)] = time.monotonic() + sel.BUSY_RETRY_S
                         if all(bitmap or ()):  # a superseeding publisher: its uplink is booked
                             self.busy[(peer, _HAVE)] = time.monotonic() + BUSY_COMPLETE_S
                     else:

@@ -41,8 +41,16 @@ __all__ = [
     "weights_hash_file",
 ]
 
-_CHAIN = {"ChainIndex", "ChainPublisher", "Published", "PublishedVersion", "materialize", "open_manifest",
-          "plan_sync", "retention"}
+_CHAIN = {
+    "ChainIndex",
+    "ChainPublisher",
+    "Published",
+    "PublishedVersion",
+    "materialize",
+    "open_manifest",
+    "plan_sync",
+    "retention",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -276,7 +276,12 @@ def run(
 
 
 def cli_race(
-    scale: float = 0.24, lr: float = 1e-6, warmup: int = 10, seed: int = 0, repeat: int = 3, cache: Path | None = None
+    scale: float = 0.24,
+    lr: float = 1e-6,
+    warmup: int = 10,
+    seed: int = 0,
+    repeat: int = 3,
+    cache: Path | None = None,
 ) -> dict[str, Any]:
     """``p2prl patch diff`` against PULSE's codec (numpy, no torch) as whole processes on the same
     two safetensors files: what a user waits for, imports and file reading included."""
@@ -294,10 +299,25 @@ def cli_race(
         del base, new
         gc.collect()
         cmds = {
-            "p2prl_patch_diff": [sys.executable, "-m", "p2prl", "patch", "diff", "base.safetensors",
-                                 "new.safetensors", "-o", "p2prl.patch"],
-            "pulse_ref": [sys.executable, "-m", "p2prl.patch.pulse_ref", "base.safetensors",
-                          "new.safetensors", "pulse.patch"],
+            "p2prl_patch_diff": [
+                sys.executable,
+                "-m",
+                "p2prl",
+                "patch",
+                "diff",
+                "base.safetensors",
+                "new.safetensors",
+                "-o",
+                "p2prl.patch",
+            ],
+            "pulse_ref": [
+                sys.executable,
+                "-m",
+                "p2prl.patch.pulse_ref",
+                "base.safetensors",
+                "new.safetensors",
+                "pulse.patch",
+            ],
         }
         times: dict[str, float] = {}
         for name, cmd in cmds.items():
@@ -307,7 +327,10 @@ def cli_race(
                 subprocess.run(cmd, cwd=d, check=True, capture_output=True)
                 runs.append(time.perf_counter() - t0)
             times[name] = statistics.median(runs[1:])
-        sizes = {"p2prl_bytes": (d / "p2prl.patch").stat().st_size, "pulse_bytes": (d / "pulse.patch").stat().st_size}
+        sizes = {
+            "p2prl_bytes": (d / "p2prl.patch").stat().st_size,
+            "pulse_bytes": (d / "pulse.patch").stat().st_size,
+        }
     return {
         "params": numel,
         "scale": scale,

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     import torch
 
 
-
 @dataclass(frozen=True)
 class DType:
     name: str  # safetensors dtype name, also used on the wire

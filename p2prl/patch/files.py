@@ -52,7 +52,11 @@ def safetensors_bytes(state: dict[str, TensorLike]) -> list[bytes | memoryview]:
     for name in sorted(state):
         t = state[name]
         v = uint_view(t)
-        header[name] = {"dtype": dtype_of(t).name, "shape": list(shape_of(t)), "data_offsets": [offset, offset + v.nbytes]}
+        header[name] = {
+            "dtype": dtype_of(t).name,
+            "shape": list(shape_of(t)),
+            "data_offsets": [offset, offset + v.nbytes],
+        }
         parts.append(memoryview(v).cast("B"))
         offset += v.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()

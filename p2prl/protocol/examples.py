@@ -126,7 +126,11 @@ def examples() -> Iterator[Example]:
                 created_ms=CREATED_MS,
             ),
         ),
-        ("validator", VALIDATOR, Scores(version=7, window=4, scores={MINER.public_hex: 1}, created_ms=CREATED_MS)),
+        (
+            "validator",
+            VALIDATOR,
+            Scores(version=7, window=4, scores={MINER.public_hex: 1}, created_ms=CREATED_MS),
+        ),
         (
             "miner",
             MINER,
