@@ -10,7 +10,6 @@ from typing import Any
 from p2prl.node.context import NodeContext
 from p2prl.node.manifests import ManifestBook
 from p2prl.node.weights import Weights, load_base_model, load_saved_weights
-from p2prl.patch.hashing import weights_hash
 
 log = logging.getLogger(__name__)
 
@@ -20,30 +19,40 @@ def generation_params(ctx: NodeContext, seed: int = 0) -> Any:
 
     g = ctx.g.generation
     return GenerationParams(
-        max_new_tokens=int(g.get("max_new_tokens", 8)),
-        temperature=int(g.get("temperature_milli", 1000)) / 1000,
-        top_p=int(g.get("top_p_milli", 1000)) / 1000,
-        seed=seed,
+        max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p, seed=seed
     )
 
 
 def group_size(ctx: NodeContext) -> int:
-    return int(ctx.g.generation.get("group_size", 8))
+    return ctx.g.generation.group_size
 
 
 def groups_per_batch(ctx: NodeContext) -> int:
-    return int(ctx.g.generation.get("groups_per_batch", 8))
+    return ctx.g.generation.groups_per_batch
 
 
 def task_of(ctx: NodeContext) -> Any:
     from p2prl.rl.tasks import get_task
 
-    t = ctx.g.task
-    return get_task(str(t.get("name", "addition")), **dict(t.get("params") or {}))
+    return get_task(ctx.g.task.name, **ctx.g.task.params)
 
 
 def genesis_base_hash(ctx: NodeContext) -> str:
-    return str(ctx.g.model.get("weights_hash", ""))
+    return ctx.g.model.weights_hash
+
+
+def base_model(ctx: NodeContext, strict: bool) -> tuple[Any, Any, dict[str, Any], str]:
+    """The genesis model for this node (its ``--model`` copy, the cache, or the built-in one),
+    checked against the genesis; a mismatch stops the node with a one-line reason."""
+    from p2prl.node.context import NodeStartError
+    from p2prl.node.weights import pick_device
+    from p2prl.rl.modeldir import ModelDirError
+
+    cfg = ctx.config
+    try:
+        return load_base_model(ctx.g, cfg.model_cache_dir, cfg.model, pick_device(cfg.device), strict=strict)
+    except (ModelDirError, FileNotFoundError, ValueError) as e:
+        raise NodeStartError(str(e)) from e
 
 
 def load_start(ctx: NodeContext, weights_dir: Path) -> tuple[Any, Any, Weights]:
@@ -53,15 +62,12 @@ def load_start(ctx: NodeContext, weights_dir: Path) -> tuple[Any, Any, Weights]:
     differently, it still starts from it as version 0 but marks it unverified (hash ""), so the
     first sync takes the slow path from an anchor instead of trusting a patch base it does not have.
     """
-    if ctx.g.model.get("source", "builtin") != "builtin":
-        raise ValueError(f"unsupported model source {ctx.g.model.get('source')!r}")
-    model, tok, base = load_base_model(ctx.config.model_cache_dir)
+    model, tok, base, h = base_model(ctx, strict=False)
     saved = load_saved_weights(weights_dir)
     if saved is not None:
         log.info("resuming from saved weights v%d (%s)", saved.version, saved.hash[:12])
         ctx.status.incr("restarts_resumed")
         return model, tok, saved
-    h = weights_hash(base)
     if h != genesis_base_hash(ctx):
         log.warning(
             "local base model hash %s differs from genesis %s; will sync from an anchor",

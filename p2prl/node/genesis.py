@@ -12,12 +12,12 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from p2prl.atomicfile import write_atomic
 from p2prl.crypto.envelope import EnvelopeError
 from p2prl.crypto.keys import Identity
 from p2prl.protocol.messages import Genesis, MessageError, decode_message, encode_message
+from p2prl.protocol.sections import GenerationSpec, ModelSpec, PatchSpec, PromptSpec, S3Spec, TaskSpec
 
 GENESIS_FORMAT = "p2prl-genesis-v1"
 MAX_GENESIS_FILE = 1024 * 1024
@@ -56,20 +56,22 @@ def make_genesis(
     trainer: Identity,
     *,
     network_id: str,
-    model: dict[str, Any],
-    task: dict[str, Any],
-    generation: dict[str, Any],
-    patch: dict[str, Any],
+    model: ModelSpec,
+    task: TaskSpec,
+    generation: GenerationSpec,
+    patch: PatchSpec,
     validators: list[str],
     bootstrap: list[str],
-    s3: dict[str, Any] | None,
+    s3: S3Spec | None,
     max_staleness: int,
+    prompt: PromptSpec | None = None,
 ) -> SignedGenesis:
     """Sign a genesis with the trainer's identity (the trainer key is the signer's)."""
     g = Genesis(
         network_id=network_id,
         trainer=trainer.public_hex,
         model=model,
+        prompt=prompt or PromptSpec(),
         task=task,
         generation=generation,
         patch=patch,

@@ -160,7 +160,7 @@ class WeightSync:
         newest = max(ready, default=-1)
         if newest <= self._base().version:
             return
-        anchor_interval = int(self.ctx.g.patch.get("anchor_interval", 10))
+        anchor_interval = self.ctx.g.patch.anchor_interval
         wanted = [v for v in ready if v > newest - 2 * anchor_interval - 1 and v not in have]
         for v in sorted(wanted)[-4 * anchor_interval :]:
             try:
@@ -231,7 +231,7 @@ class WeightSync:
 
     def _retain(self, version: int) -> None:
         """Forget manifests (and unpin blobs) well behind ``version``; keeps what peers may still ask for."""
-        interval = int(self.ctx.g.patch.get("anchor_interval", 10))
+        interval = self.ctx.g.patch.anchor_interval
         floor = version - max(2 * interval, 16)
         if floor > 0:
             self.ctx.store.unpin(self.book.prune_below(floor))

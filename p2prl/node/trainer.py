@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from p2prl.node.common import generation_params, genesis_base_hash
-from p2prl.node.context import NodeContext, NodeStartError
-from p2prl.node.weights import load_base_model, sha256_of_state
+from p2prl.node.common import base_model, generation_params
+from p2prl.node.context import NodeContext
+from p2prl.node.weights import sha256_of_state
 from p2prl.patch.hashing import weights_hash
 from p2prl.protocol.messages import RolloutAnnouncement, Verdict
 
@@ -94,12 +94,7 @@ class Trainer:
         cfg = ctx.config
         self.dir = ctx.data_dir / "trainer"
         self.dir.mkdir(parents=True, exist_ok=True)
-        model, self.tok, base = load_base_model(cfg.model_cache_dir)
-        base_hash = weights_hash(base)
-        if base_hash != genesis_base_hash(ctx):
-            raise NodeStartError(
-                f"the base model here hashes to {base_hash[:16]}…, genesis says {genesis_base_hash(ctx)[:16]}…"
-            )
+        model, self.tok, base, _ = base_model(ctx, strict=True)
         gkw: dict[str, Any] = {"temperature": generation_params(ctx).temperature}
         if cfg.lr > 0:
             gkw["lr"] = cfg.lr
@@ -110,8 +105,8 @@ class Trainer:
             self.dir / "chain",
             ctx.identity,
             ctx.network_id,
-            anchor_interval=int(patch.get("anchor_interval", 10)),
-            chunk_size=int(patch.get("chunk_size", 1 << 20)),
+            anchor_interval=patch.anchor_interval,
+            chunk_size=patch.chunk_size,
             keep_versions=cfg.keep_versions,
             store=ctx.store,
         )
@@ -119,7 +114,7 @@ class Trainer:
         self.version = self.chain.version if self.chain.version is not None else 0
         self._resume_master()
         self.buffer = ReplayBuffer(max_staleness=int(ctx.g.max_staleness), half_life=1.0)
-        self.batch_groups = cfg.train_batch_groups or int(ctx.g.generation.get("groups_per_batch", 8))
+        self.batch_groups = cfg.train_batch_groups or ctx.g.generation.groups_per_batch
         self.announcements: OrderedDict[str, tuple[RolloutAnnouncement, str, str]] = OrderedDict()
         self.consumed: OrderedDict[str, None] = OrderedDict()
         self.fetch_q: queue.Queue[tuple[RolloutAnnouncement, str, set[int], str]] = queue.Queue(FETCH_QUEUE)

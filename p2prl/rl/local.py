@@ -102,7 +102,7 @@ def _train_local(cfg: LocalConfig, on_step: Callable[[dict[str, Any]], None] | N
         version = trainer.version
         vh = version_hash(cfg.seed, version)
         problems = [task.problem(derive_seed(vh, miner_key, i)) for i in range(cfg.prompts_per_step)]
-        prompts = [tok.encode(p.prompt) for p in problems]
+        prompts = [tok.encode_prompt(p.prompt) for p in problems]
         params = GenerationParams(
             cfg.max_new_tokens, cfg.temperature, cfg.top_p, seed=cfg.seed * 1_000_003 + step
         )

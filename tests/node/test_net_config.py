@@ -10,8 +10,20 @@ from p2prl.net.identity import peer_id_for
 from p2prl.node.config import NodeConfig
 from p2prl.node.context import net_config
 from p2prl.node.netinit import NetworkSpec, genesis_from_spec
+from p2prl.protocol.sections import ModelSpec
 
-MODEL = {"name": "m", "source": "builtin", "weights_hash": "ab" * 32}
+MODEL = ModelSpec(
+    name="m",
+    source="builtin",
+    architecture="Qwen2ForCausalLM",
+    dtype="bfloat16",
+    parameters=1,
+    weights_hash="ab" * 32,
+    config_sha256="cd" * 32,
+    tokenizer_sha256="ef" * 32,
+    files_sha256="",
+    files_size=0,
+)
 
 
 def test_net_config_per_role(tmp_path: Path) -> None:
