@@ -87,7 +87,10 @@ node.__signature__ = _node_signature()  # type: ignore[attr-defined]
 
 
 def network_init(
-    out: Path = Path("genesis.json"), key: Path = Path("p2prl-data/node.key"), model_cache: Path = Path("p2prl-data/model"), **flags: Any
+    out: Path = Path("genesis.json"),
+    key: Path = Path("p2prl-data/node.key"),
+    model_cache: Path = Path("p2prl-data/model"),
+    **flags: Any,
 ) -> None:
     """Write a trainer-signed genesis file (the trainer key signs; its public key is pinned by every node).
 
@@ -104,7 +107,9 @@ def network_init(
         raise typer.Exit(1) from e
     m = sg.genesis.model
     typer.echo(f"wrote {out}\nnetwork {sg.network_id}\ntrainer {sg.genesis.trainer}")
-    typer.echo(f"model {m.name} ({m.architecture}, {m.parameters:,} parameters, weights {m.weights_hash[:16]}…)")
+    typer.echo(
+        f"model {m.name} ({m.architecture}, {m.parameters:,} parameters, weights {m.weights_hash[:16]}…)"
+    )
 
 
 def _spec_values(flags: dict[str, Any]) -> dict[str, Any]:
@@ -124,25 +129,22 @@ def _network_init_signature() -> inspect.Signature:
     from p2prl.node.netinit import NetworkSpec
 
     params = [
-        inspect.Parameter(
+        _kw(
             "out",
-            inspect.Parameter.KEYWORD_ONLY,
-            annotation=Path,
-            default=typer.Option(Path("genesis.json"), "--out", "-o", help="Where to write the genesis file."),
+            Path,
+            typer.Option(Path("genesis.json"), "--out", "-o", help="Where to write the genesis file."),
         ),
-        inspect.Parameter(
+        _kw(
             "key",
-            inspect.Parameter.KEYWORD_ONLY,
-            annotation=Path,
-            default=typer.Option(
+            Path,
+            typer.Option(
                 Path("p2prl-data/node.key"), "--key", help="The trainer's key file (created if missing)."
             ),
         ),
-        inspect.Parameter(
+        _kw(
             "model_cache",
-            inspect.Parameter.KEYWORD_ONLY,
-            annotation=Path,
-            default=typer.Option(
+            Path,
+            typer.Option(
                 Path("p2prl-data/model"), "--model-cache", help="Where the built-in model is built/cached."
             ),
         ),
@@ -158,8 +160,12 @@ def _network_init_signature() -> inspect.Signature:
             ann, opt = list[str], typer.Option([], flag, help=help_text + " Repeatable.", show_default=False)
         else:
             ann, opt = type(value), typer.Option(value, flag, help=help_text)
-        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=ann, default=opt))
+        params.append(_kw(f.name, ann, opt))
     return inspect.Signature(params)
+
+
+def _kw(name: str, ann: Any, opt: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=ann, default=opt)
 
 
 network_init.__signature__ = _network_init_signature()  # type: ignore[attr-defined]
@@ -198,8 +204,16 @@ def demo(
     ),
     keep: bool = typer.Option(False, "--keep", help="Keep the temporary working directory."),
     headless: bool = typer.Option(False, "--headless", help="No dashboard even without --duration."),
+    model: Path | None = typer.Option(
+        None, "--model", help="Local Hugging Face causal-LM directory (default: the built-in tiny model)."
+    ),
+    task: str = typer.Option("addition", "--task", help="Task name."),
+    prompt_format: str = typer.Option("raw", "--prompt-format", help="raw or chat."),
+    system_prompt: str = typer.Option("", "--system-prompt", help="System prompt for the chat format."),
+    device: str = typer.Option("cpu", "--device", help="Torch device of every node: auto, cpu, cuda, cuda:N."),
 ) -> None:
-    """Start a whole network on 127.0.0.1 (local S3, trainer, validator, miners) on the default tiny model.
+    """Start a whole network on 127.0.0.1 (local S3, trainer, validator, miners) on the default tiny
+    model or the --model directory.
 
     With --duration it runs headless and prints a summary; otherwise it shows the dashboard until Ctrl-C.
     """
@@ -213,6 +227,11 @@ def demo(
         workdir=workdir,
         keep=keep,
         dashboard=duration is None and not headless,
+        model=model,
+        task=task,
+        prompt_format=prompt_format,
+        system_prompt=system_prompt,
+        device=device,
     )
     summary = run_demo(opts)
     if summary is not None:

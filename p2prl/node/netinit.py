@@ -116,26 +116,6 @@ def base_model_info(model_cache: Path) -> ModelSpec:
     )
 
 
-def model_dir_info(directory: Path) -> tuple[ModelSpec, tuple[int, ...]]:
-    """Check and describe a local HF directory for genesis; also its stop token ids."""
-    from p2prl.rl.modeldir import describe
-
-    info, _, _ = describe(Path(directory))
-    spec = ModelSpec(
-        name=Path(directory).resolve().name[:128],
-        source="hf",
-        architecture=info.architecture,
-        dtype="bfloat16",
-        parameters=info.parameters,
-        weights_hash=info.weights_hash,
-        config_sha256=info.config_sha256,
-        tokenizer_sha256=info.tokenizer_sha256,
-        files_sha256=info.files_sha256,
-        files_size=info.files_size,
-    )
-    return spec, info.stop_ids
-
-
 def genesis_from_spec(
     spec: Any,
     trainer: Any,
@@ -163,23 +143,30 @@ def genesis_from_spec(
     )
 
 
-def init_network(spec: Any, *, key_path: Path, model_cache: Path, out: Path) -> SignedGenesis:
-    """Check everything first (task, model directory, prompt format), then create the trainer key if
-    needed, sign and write the genesis file: a failed check writes nothing."""
+def describe_model(spec: Any, model_cache: Path) -> tuple[ModelSpec, tuple[int, ...]]:
+    """The genesis model section and stop ids for ``spec`` (its ``--model`` directory, else the
+    built-in model), after checking the task exists and the prompt format works with the tokenizer."""
+    from p2prl.rl.model import build_default_model
+    from p2prl.rl.modeldir import describe, stop_ids_of
     from p2prl.rl.tasks import get_task
+    from p2prl.rl.tokenizer import load_tokenizer
 
     get_task(spec.task, **spec.task_params)  # fail early on an unknown task
     prompt = section_of(spec, PromptSpec)
     if spec.model is not None:
-        model, stops = model_dir_info(spec.model)
-        if prompt.format == "chat":
-            from p2prl.rl.tokenizer import load_tokenizer
-
-            load_tokenizer(spec.model, prompt.format, prompt.system).encode_prompt("1+1=")
+        model, stops, _ = describe(spec.model)
+        path = Path(spec.model)
     else:
-        if prompt.format == "chat":
-            raise ValueError("the built-in model's tokenizer has no chat template: use --prompt-format raw")
-        model, stops = base_model_info(model_cache), (1,)
+        model, path = base_model_info(model_cache), build_default_model(Path(model_cache))
+        stops = stop_ids_of(path, load_tokenizer(path).tok)
+    load_tokenizer(path, prompt.format, prompt.system).encode_prompt("1+1=")  # chat needs a template
+    return model, stops
+
+
+def init_network(spec: Any, *, key_path: Path, model_cache: Path, out: Path) -> SignedGenesis:
+    """Check everything first (task, model directory, prompt format), then create the trainer key if
+    needed, sign and write the genesis file: a failed check writes nothing."""
+    model, stops = describe_model(spec, model_cache)
     trainer = load_or_create_identity(key_path)
     sg = genesis_from_spec(spec, trainer, model, stop_token_ids=stops)
     write_genesis(sg, out)

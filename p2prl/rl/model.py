@@ -78,9 +78,9 @@ def default_config(vocab_size: int) -> Any:
     )
 
 
-def _warm_start(model: Any, tok: CharTokenizer, task: AdditionTask) -> None:
-    """Supervised steps on ``a+b=`` → sum + eos with loss on the answer only (fixed data order)."""
-    cfg = WARM_START
+def warm_start(model: Any, tok: TextTokenizer, task: Any, cfg: Mapping[str, Any], end_id: int) -> None:
+    """Supervised steps on the task's prompts (in ``tok``'s prompt format) → answer + ``end_id``, with
+    loss on the answer only (fixed data order from ``cfg["seed"]``)."""
     gen = torch.Generator().manual_seed(cfg["seed"])
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.0)
     model.train()
@@ -89,8 +89,8 @@ def _warm_start(model: Any, tok: CharTokenizer, task: AdditionTask) -> None:
         seqs, starts = [], []
         for row in draws:
             prob = task.problem(row.numpy().tobytes())
-            p = tok.encode(prob.prompt)
-            seqs.append([*p, *tok.encode(prob.answer), tok.eos_id])
+            p = tok.encode_prompt(prob.prompt)
+            seqs.append([*p, *tok.encode(prob.answer), end_id])
             starts.append(len(p))
         width = max(len(s) for s in seqs)
         ids = torch.full((len(seqs), width), tok.pad_id, dtype=torch.long)
@@ -126,7 +126,7 @@ def build_default_model(cache_dir: Path) -> Path:
     with torch_threads(1):
         torch.manual_seed(WARM_START["seed"])
         model = Qwen2ForCausalLM(default_config(tok.vocab_size))
-        _warm_start(model, tok, task)
+        warm_start(model, tok, task, WARM_START, tok.eos_id)
         model = model.to(torch.bfloat16)
         success = greedy_success(model, tok, task, n=256, max_new_tokens=DIGITS + 2)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent))

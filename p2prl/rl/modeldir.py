@@ -14,11 +14,12 @@ import hashlib
 import io
 import json
 import tarfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from p2prl.protocol.sections import ModelSpec
 
 CONFIG_FILE = "config.json"
 GENERATION_FILE = "generation_config.json"
@@ -45,20 +46,6 @@ VOLATILE_CONFIG_KEYS = ("transformers_version", "_name_or_path")
 
 class ModelDirError(ValueError):
     """A model directory that cannot serve as (or is not) the network's base model."""
-
-
-@dataclass(frozen=True)
-class ModelDirInfo:
-    """What the genesis pins about a model directory."""
-
-    architecture: str
-    parameters: int
-    weights_hash: str
-    config_sha256: str
-    tokenizer_sha256: str
-    files_sha256: str
-    files_size: int
-    stop_ids: tuple[int, ...]
 
 
 def _read_json(path: Path) -> Any:
@@ -192,8 +179,8 @@ def load_weights_model(directory: Path, dtype: torch.dtype = torch.bfloat16) -> 
     return model.eval()
 
 
-def describe(directory: Path) -> tuple[ModelDirInfo, Any, Any]:
-    """Check and hash a model directory; returns its info, the bf16 model and the HF tokenizer."""
+def describe(directory: Path, name: str = "") -> tuple[ModelSpec, tuple[int, ...], Any]:
+    """Check and hash a model directory: what the genesis pins about it, its stop ids, the bf16 model."""
     from transformers import AutoTokenizer
 
     from p2prl.rl.model import unique_state, weights_hash
@@ -209,16 +196,17 @@ def describe(directory: Path) -> tuple[ModelDirInfo, Any, Any]:
         ) from e
     stops = stop_ids_of(d, tok)
     model = load_weights_model(d)
-    state = unique_state(model)
     files = pack_files(d)
-    info = ModelDirInfo(
+    spec = ModelSpec(
+        name=(name or d.resolve().name)[:128],
+        source="hf",
         architecture=str((getattr(model.config, "architectures", None) or [type(model).__name__])[0]),
+        dtype="bfloat16",
         parameters=sum(p.numel() for p in model.parameters()),
-        weights_hash=weights_hash(state),
+        weights_hash=weights_hash(unique_state(model)),
         config_sha256=cfg_hash,
         tokenizer_sha256=tokenizer_sha256(d),
         files_sha256=hashlib.sha256(files).hexdigest(),
         files_size=len(files),
-        stop_ids=stops,
     )
-    return info, model, tok
+    return spec, stops, model

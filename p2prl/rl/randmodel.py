@@ -90,11 +90,18 @@ def _config(arch: str, vocab: int, shape: dict[str, int], eos: list[int], pad: i
 
 
 def build_random_model_dir(
-    out: Path, arch: str = "qwen2", shape: dict[str, int] | None = None, seed: int = 0, shard_kb: int = 0
+    out: Path,
+    arch: str = "qwen2",
+    shape: dict[str, int] | None = None,
+    seed: int = 0,
+    shard_kb: int = 0,
+    warm_steps: int = 0,
 ) -> Path:
     """Write a random-init ``arch`` model in bf16 with a trained BPE tokenizer into ``out``.
 
     ``shard_kb`` > 0 splits the weights into safetensors shards of about that many KB, with an index.
+    ``warm_steps`` > 0 first fits one-digit addition in the chat format for that many steps, so
+    sampled groups have mixed rewards (a purely random model gives GRPO nothing to learn from).
     """
     from transformers import AutoModelForCausalLM, GenerationConfig
     from transformers.utils import logging as hf_logging
@@ -108,7 +115,21 @@ def build_random_model_dir(
     im_end, eot = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
     cfg = _config(arch, len(tok), shape or TINY, [im_end, eot], eot)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    if warm_steps:
+        from p2prl.rl.model import warm_start
+        from p2prl.rl.tasks import AdditionTask
+        from p2prl.rl.tokenizer import TextTokenizer
+
+        chat = TextTokenizer(tok, "chat")
+        warm_start(
+            model,
+            chat,
+            AdditionTask(digits=1),
+            {"seed": seed, "steps": warm_steps, "batch": 32, "lr": 3e-3},
+            im_end,
+        )
+    model = model.to(torch.bfloat16)
     kw = {"max_shard_size": f"{shard_kb}KB"} if shard_kb else {}
     model.save_pretrained(str(out), **kw)
     GenerationConfig(eos_token_id=[im_end, eot], pad_token_id=eot, bos_token_id=None).save_pretrained(
