@@ -32,6 +32,13 @@ def train_local(
     ),
     cache_dir: Path = typer.Option(None, "--cache-dir", help="Where the default model is built/cached."),
     history: bool = typer.Option(False, "--history", help="With --json: include per-step records."),
+    model: Path | None = typer.Option(
+        None, "--model", help="Local Hugging Face causal-LM directory (default: the built-in tiny model)."
+    ),
+    task: str = typer.Option("addition", "--task", help="Task name (the built-in model knows addition)."),
+    prompt_format: str = typer.Option("raw", "--prompt-format", help="raw or chat."),
+    system_prompt: str = typer.Option("", "--system-prompt", help="System prompt for the chat format."),
+    device: str = typer.Option("cpu", "--device", help="Torch device: auto, cpu, cuda or cuda:N."),
     threads: int = typer.Option(
         0, "--threads", help="Torch CPU threads (0: $P2PRL_TORCH_THREADS or 1, fastest for the tiny model)."
     ),
@@ -50,6 +57,12 @@ def train_local(
         eval_every=eval_every,
         cache_dir=cache_dir or default_cache_dir(),
         threads=threads,
+        model_dir=model,
+        task=task,
+        task_params={"digits": 2} if task == "addition" and model is None else {},
+        prompt_format=prompt_format,
+        system_prompt=system_prompt,
+        device=device,
     )
     if json_out:
         summary = run(cfg)

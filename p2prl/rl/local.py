@@ -48,7 +48,12 @@ class LocalConfig:
     eval_every: int = 0
     eval_problems: int = 256
     cache_dir: Path = field(default_factory=default_cache_dir)
-    model_dir: Path | None = None
+    model_dir: Path | None = None  # a local HF directory (default: the built-in model)
+    task: str = "addition"
+    task_params: dict[str, Any] = field(default_factory=lambda: {"digits": DIGITS})
+    prompt_format: str = "raw"
+    system_prompt: str = ""
+    device: str = "cpu"  # auto, cpu, cuda or cuda:N
     threads: int = 0  # torch intra-op threads for the run; 0: p2prl.rl.cpu.default_threads() (1)
 
 
@@ -81,10 +86,17 @@ def train_local(cfg: LocalConfig, on_step: Callable[[dict[str, Any]], None] | No
 
 def _train_local(cfg: LocalConfig, on_step: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
+    from p2prl.node.weights import pick_device
+    from p2prl.rl.modeldir import stop_ids_of
+    from p2prl.rl.tokenizer import load_tokenizer
+
     model_dir = cfg.model_dir or build_default_model(cfg.cache_dir)
-    task = get_task("addition", digits=DIGITS)
-    master, tok = load_model(model_dir, dtype=torch.float32)
-    policy, _ = load_model(model_dir, dtype=torch.bfloat16)
+    task = get_task(cfg.task, **cfg.task_params)
+    device = pick_device(cfg.device)
+    master, raw = load_model(model_dir, dtype=torch.float32)
+    tok = load_tokenizer(model_dir, cfg.prompt_format, cfg.system_prompt, stop_ids_of(model_dir, raw.tok))
+    master = master.to(device)
+    policy = load_model(model_dir, dtype=torch.bfloat16)[0].to(device)
     trainer = GRPOTrainer(master, GRPOConfig(lr=cfg.lr, temperature=cfg.temperature), pad_id=tok.pad_id)
     engine = HFEngine(policy, tok, return_hidden=False)
     buffer = ReplayBuffer(max_staleness=2, half_life=1.0, capacity_groups=8 * cfg.prompts_per_step)

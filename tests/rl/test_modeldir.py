@@ -119,3 +119,20 @@ def test_chat_prompts_are_the_same_ids_everywhere(hf_model_dir: Callable[..., Pa
     raw.chat_template = None
     with pytest.raises(ValueError, match="chat template"):
         TextTokenizer(raw, "chat")
+
+
+def test_train_local_on_a_chat_model(hf_model_dir: Callable[..., Path]) -> None:
+    from p2prl.rl.local import LocalConfig, train_local
+
+    cfg = LocalConfig(
+        model_dir=hf_model_dir("qwen3"),
+        task_params={"digits": 1},
+        prompt_format="chat",
+        max_steps=1,
+        prompts_per_step=2,
+        samples_per_prompt=2,
+        max_new_tokens=2,
+        eval_problems=2,
+    )
+    s = train_local(cfg)
+    assert s["steps"] == 1 and s["model_dir"] == str(cfg.model_dir)
