@@ -42,16 +42,44 @@ def genesis_base_hash(ctx: NodeContext) -> str:
 
 
 def base_model(ctx: NodeContext, strict: bool) -> tuple[Any, Any, dict[str, Any], str]:
-    """The genesis model for this node (its ``--model`` copy, the cache, or the built-in one),
-    checked against the genesis; a mismatch stops the node with a one-line reason."""
+    """The genesis model for this node (its ``--model`` copy, the cache, the built-in one, or the
+    files fetched from the network), checked against the genesis; a mismatch stops the node with a
+    one-line reason."""
+    from p2prl.node.assets import AssetError
     from p2prl.node.context import NodeStartError
     from p2prl.node.weights import pick_device
     from p2prl.rl.modeldir import ModelDirError
 
     cfg = ctx.config
+
+    def fetch(target: Path) -> Path:
+        from p2prl.node.assets import fetch_asset, install_model_files
+
+        return install_model_files(fetch_asset(ctx, ctx.g.asset(ctx.g.model.files_sha256)), target)
+
     try:
-        return load_base_model(ctx.g, cfg.model_cache_dir, cfg.model, pick_device(cfg.device), strict=strict)
-    except (ModelDirError, FileNotFoundError, ValueError) as e:
+        return load_base_model(
+            ctx.g, cfg.model_cache_dir, cfg.model, pick_device(cfg.device), strict=strict, fetch=fetch
+        )
+    except (ModelDirError, AssetError, FileNotFoundError, ValueError) as e:
+        raise NodeStartError(str(e)) from e
+
+
+def publish_model_files(ctx: NodeContext) -> None:
+    """Trainer: serve the genesis model's non-weight files (the ``model_files`` asset) to joining
+    nodes, from its store and the S3 mirror. Its local files must be exactly the genesis ones."""
+    from p2prl.node.assets import AssetError, publish_asset
+    from p2prl.node.context import NodeStartError
+    from p2prl.node.weights import model_dir_for
+    from p2prl.rl.modeldir import pack_files
+
+    spec = ctx.g.model
+    if not spec.files_sha256:
+        return
+    data = pack_files(model_dir_for(spec, ctx.config.model, ctx.config.model_cache_dir))
+    try:
+        publish_asset(ctx, ctx.g.asset(spec.files_sha256), data)
+    except AssetError as e:
         raise NodeStartError(str(e)) from e
 
 

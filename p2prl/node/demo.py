@@ -116,8 +116,8 @@ def prepare(opts: DemoOptions, root: Path, s3_endpoint: str) -> dict[str, Any]:
     s3 = {"endpoint": s3_endpoint, "bucket": BUCKET, "prefix": ""}
     if not genesis_path.exists():
         # a resumed demo keeps its genesis; its nodes get the new local S3 endpoint by --s3-endpoint
-        model, stops = describe_model(spec, model_cache)
-        sg = genesis_from_spec(spec, ids["trainer"], model, s3=s3, stop_token_ids=stops)
+        model, stops, assets = describe_model(spec, model_cache)
+        sg = genesis_from_spec(spec, ids["trainer"], model, s3=s3, stop_token_ids=stops, assets=assets)
         write_genesis(sg, genesis_path)
     plan_file.write_text(json.dumps(plan, indent=1))
     plan["genesis"] = genesis_path

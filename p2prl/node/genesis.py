@@ -17,7 +17,15 @@ from p2prl.atomicfile import write_atomic
 from p2prl.crypto.envelope import EnvelopeError
 from p2prl.crypto.keys import Identity
 from p2prl.protocol.messages import Genesis, MessageError, decode_message, encode_message
-from p2prl.protocol.sections import GenerationSpec, ModelSpec, PatchSpec, PromptSpec, S3Spec, TaskSpec
+from p2prl.protocol.sections import (
+    AssetSpec,
+    GenerationSpec,
+    ModelSpec,
+    PatchSpec,
+    PromptSpec,
+    S3Spec,
+    TaskSpec,
+)
 
 GENESIS_FORMAT = "p2prl-genesis-v1"
 MAX_GENESIS_FILE = 1024 * 1024
@@ -65,6 +73,7 @@ def make_genesis(
     s3: S3Spec | None,
     max_staleness: int,
     prompt: PromptSpec | None = None,
+    assets: tuple[AssetSpec, ...] = (),
 ) -> SignedGenesis:
     """Sign a genesis with the trainer's identity (the trainer key is the signer's)."""
     g = Genesis(
@@ -79,6 +88,7 @@ def make_genesis(
         bootstrap=tuple(bootstrap),
         s3=s3,
         max_staleness=max_staleness,
+        assets=tuple(assets),
     )
     raw = encode_message(trainer, network_id, g)
     return verify_genesis_bytes(raw, network_id)
@@ -101,6 +111,9 @@ def verify_genesis_bytes(raw: bytes, network_id: str, expected_trainer: str = ""
         )
     if msg.trainer in msg.validators:
         raise GenesisError("the trainer cannot also be a validator")
+    for named in (msg.model.files_sha256, msg.task.data_sha256):
+        if named and not any(a.id == named for a in msg.assets):
+            raise GenesisError(f"the genesis names file blob {named[:12]}… but lists no such asset")
     return SignedGenesis(genesis=msg, envelope=raw)
 
 

@@ -15,7 +15,15 @@ from typing import Any
 
 from p2prl.crypto.keys import KeyFileError, load_identity, load_or_create_identity
 from p2prl.node.genesis import SignedGenesis, make_genesis, write_genesis
-from p2prl.protocol.sections import GenerationSpec, ModelSpec, PatchSpec, PromptSpec, S3Spec, TaskSpec
+from p2prl.protocol.sections import (
+    AssetSpec,
+    GenerationSpec,
+    ModelSpec,
+    PatchSpec,
+    PromptSpec,
+    S3Spec,
+    TaskSpec,
+)
 
 FLAGGED_SECTIONS: tuple[type, ...] = (PromptSpec, TaskSpec, GenerationSpec, PatchSpec, S3Spec)
 
@@ -122,6 +130,7 @@ def genesis_from_spec(
     model: ModelSpec,
     s3: S3Spec | dict[str, Any] | None = None,
     stop_token_ids: tuple[int, ...] = (),
+    assets: tuple[AssetSpec, ...] = (),
 ) -> SignedGenesis:
     """Sign the genesis of ``spec`` for ``model`` (``s3`` overrides the spec's S3 flags)."""
     if isinstance(s3, dict):
@@ -140,34 +149,39 @@ def genesis_from_spec(
         bootstrap=list(spec.bootstrap),
         s3=s3,
         max_staleness=spec.max_staleness,
+        assets=assets,
     )
 
 
-def describe_model(spec: Any, model_cache: Path) -> tuple[ModelSpec, tuple[int, ...]]:
-    """The genesis model section and stop ids for ``spec`` (its ``--model`` directory, else the
-    built-in model), after checking the task exists and the prompt format works with the tokenizer."""
+def describe_model(spec: Any, model_cache: Path) -> tuple[ModelSpec, tuple[int, ...], tuple[AssetSpec, ...]]:
+    """The genesis model section, stop ids and assets for ``spec`` (its ``--model`` directory, else the
+    built-in model), after checking the task exists and the prompt format works with the tokenizer.
+    A directory's non-weight files become the ``model_files`` asset a joining node fetches."""
+    from p2prl.node.assets import MODEL_FILES_ASSET, asset_for
     from p2prl.rl.model import build_default_model
-    from p2prl.rl.modeldir import describe, stop_ids_of
+    from p2prl.rl.modeldir import describe, pack_files, stop_ids_of
     from p2prl.rl.tasks import get_task
     from p2prl.rl.tokenizer import load_tokenizer
 
     get_task(spec.task, **spec.task_params)  # fail early on an unknown task
     prompt = section_of(spec, PromptSpec)
+    assets: tuple[AssetSpec, ...] = ()
     if spec.model is not None:
         model, stops, _ = describe(spec.model)
         path = Path(spec.model)
+        assets = (asset_for(MODEL_FILES_ASSET, pack_files(path), spec.chunk_size),)
     else:
         model, path = base_model_info(model_cache), build_default_model(Path(model_cache))
         stops = stop_ids_of(path, load_tokenizer(path).tok)
     load_tokenizer(path, prompt.format, prompt.system).encode_prompt("1+1=")  # chat needs a template
-    return model, stops
+    return model, stops, assets
 
 
 def init_network(spec: Any, *, key_path: Path, model_cache: Path, out: Path) -> SignedGenesis:
     """Check everything first (task, model directory, prompt format), then create the trainer key if
     needed, sign and write the genesis file: a failed check writes nothing."""
-    model, stops = describe_model(spec, model_cache)
+    model, stops, assets = describe_model(spec, model_cache)
     trainer = load_or_create_identity(key_path)
-    sg = genesis_from_spec(spec, trainer, model, stop_token_ids=stops)
+    sg = genesis_from_spec(spec, trainer, model, stop_token_ids=stops, assets=assets)
     write_genesis(sg, out)
     return sg

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from p2prl.node.common import base_model, generation_params
+from p2prl.node.common import base_model, generation_params, publish_model_files
 from p2prl.node.context import NodeContext
 from p2prl.node.weights import sha256_of_state
 from p2prl.patch.hashing import weights_hash
@@ -95,6 +95,7 @@ class Trainer:
         self.dir = ctx.data_dir / "trainer"
         self.dir.mkdir(parents=True, exist_ok=True)
         model, self.tok, base, _ = base_model(ctx, strict=True)
+        publish_model_files(ctx)
         gkw: dict[str, Any] = {"temperature": generation_params(ctx).temperature}
         if cfg.lr > 0:
             gkw["lr"] = cfg.lr
@@ -350,7 +351,7 @@ class Trainer:
         self.ctx.status.set(paused=True, sync_state="paused")
 
     def holds(self) -> list[str]:
-        return [m.blob.id for m in self.chain.index.all()][-64:]
+        return [*(a.id for a in self.ctx.g.assets), *[m.blob.id for m in self.chain.index.all()][-64:]]
 
     def start(self) -> None:
         self.ctx.spawn_pump(

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,9 +67,12 @@ def pick_device(name: str) -> str:
     return name
 
 
-def model_dir_for(spec: Any, model_dir: Path | None, cache_dir: Path) -> Path:
+def model_dir_for(
+    spec: Any, model_dir: Path | None, cache_dir: Path, fetch: Callable[[Path], Path] | None = None
+) -> Path:
     """Where the genesis model's files are: the built-in model (built once), the operator's
-    ``--model`` copy, or the copy fetched earlier into the cache. Raises FileNotFoundError otherwise."""
+    ``--model`` copy, or the files fetched into the cache (now, by ``fetch(target)``, if missing).
+    Raises FileNotFoundError when there are none and nothing to fetch them with."""
     from p2prl.rl.model import build_default_model
 
     if spec.source == "builtin":
@@ -78,6 +82,8 @@ def model_dir_for(spec: Any, model_dir: Path | None, cache_dir: Path) -> Path:
     cached = fetched_model_dir(spec, cache_dir)
     if (cached / "config.json").is_file():
         return cached
+    if fetch is not None:
+        return fetch(cached)
     raise FileNotFoundError(f"the genesis model {spec.name!r} is not on this machine: pass --model DIR")
 
 
@@ -86,11 +92,11 @@ def fetched_model_dir(spec: Any, cache_dir: Path) -> Path:
     return Path(cache_dir) / f"{spec.name}-{spec.files_sha256[:16]}"
 
 
-def verify_model_files(directory: Path, spec: Any) -> None:
+def verify_model_files(directory: Path, spec: Any, weights: bool = True) -> None:
     """The directory's config and tokenizer must hash to the genesis' (a one-line error names which)."""
     from p2prl.rl.modeldir import ModelDirError, check_files, config_sha256, tokenizer_sha256
 
-    check_files(directory)
+    check_files(directory, weights)
     for part, got, want in (
         ("config.json", config_sha256(directory), spec.config_sha256),
         ("tokenizer files", tokenizer_sha256(directory), spec.tokenizer_sha256),
@@ -100,18 +106,25 @@ def verify_model_files(directory: Path, spec: Any) -> None:
 
 
 def load_base_model(
-    g: Any, cache_dir: Path, model_dir: Path | None = None, device: str = "cpu", strict: bool = True
+    g: Any,
+    cache_dir: Path,
+    model_dir: Path | None = None,
+    device: str = "cpu",
+    strict: bool = True,
+    fetch: Callable[[Path], Path] | None = None,
 ) -> tuple[Any, Any, State, str]:
     """The genesis base model on ``device``, its prompt-formatting tokenizer, its bf16 CPU state and
     that state's weights hash. Config and tokenizer must match the genesis; so must the weights when
-    ``strict`` (a miner may instead start unverified and sync from an anchor)."""
+    ``strict`` (a miner may instead start unverified and sync from an anchor, as one does whose
+    files came from the network without weights: version 0's anchor carries those)."""
     from p2prl.rl.model import unique_state
-    from p2prl.rl.modeldir import ModelDirError, load_weights_model
+    from p2prl.rl.modeldir import ModelDirError, has_weights, load_weights_model, model_from_config
     from p2prl.rl.tokenizer import load_tokenizer
 
-    path = model_dir_for(g.model, model_dir, cache_dir)
-    verify_model_files(path, g.model)
-    model = load_weights_model(path, torch.bfloat16)
+    path = model_dir_for(g.model, model_dir, cache_dir, fetch)
+    weighted = has_weights(path) or strict
+    verify_model_files(path, g.model, weighted)
+    model = load_weights_model(path, torch.bfloat16) if weighted else model_from_config(path)
     state = clone_state(unique_state(model))
     h = weights_hash(state)
     if strict and h != g.model.weights_hash:

@@ -25,6 +25,7 @@ from p2prl.protocol.fields import (
     str_field,
 )
 from p2prl.protocol.sections import (
+    AssetSpec,
     GenerationSpec,
     ModelSpec,
     PatchSpec,
@@ -63,7 +64,17 @@ class Genesis:
     bootstrap: tuple[str, ...]
     s3: S3Spec | None
     max_staleness: int
+    assets: tuple[AssetSpec, ...] = ()  # blobs named by model.files_sha256 / task.data_sha256
     created_ms: int = field(default_factory=now_ms)
+
+    MAX_ASSETS: ClassVar[int] = 16
+
+    def asset(self, blob_id: str) -> AssetSpec:
+        """The asset carried by blob ``blob_id`` (a KeyError when the genesis names none)."""
+        for a in self.assets:
+            if a.id == blob_id:
+                return a
+        raise KeyError(blob_id)
 
     def to_body(self) -> dict[str, Any]:
         return {
@@ -78,6 +89,7 @@ class Genesis:
             "bootstrap": list(self.bootstrap),
             "s3": section_body(self.s3) if self.s3 is not None else None,
             "max_staleness": self.max_staleness,
+            "assets": [section_body(a) for a in self.assets],
             "created_ms": self.created_ms,
         }
 
@@ -103,6 +115,7 @@ class Genesis:
             bootstrap=tuple(bootstrap),
             s3=parse_section(S3Spec, s3, "s3") if s3 is not None else None,
             max_staleness=int_field(b, "max_staleness", 0, 1_000_000),
+            assets=tuple(parse_section(AssetSpec, a, "asset") for a in list_field(b, "assets", cls.MAX_ASSETS)),
             created_ms=int_field(b, "created_ms"),
         )
 

@@ -87,6 +87,28 @@ def section_body(sec: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class AssetSpec:
+    """A file the network needs besides the weights (the model's non-weight files, a task's data),
+    named by the content-addressed blob that carries it; fetched, verified and re-served like any blob."""
+
+    name: str
+    id: str
+    size: int
+    chunk_size: int
+    chunks: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        self.ref  # noqa: B018 - checks id, chunk hashes and their count against the size
+
+    @property
+    def ref(self) -> Any:
+        from p2prl.protocol.blobs import BlobRef
+
+        body = {"id": self.id, "size": self.size, "chunk_size": self.chunk_size, "chunks": list(self.chunks)}
+        return BlobRef.from_body(body)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """The base model every node must hold at version 0.
 
@@ -217,6 +239,7 @@ class S3Spec:
 
 
 __all__ = [
+    "AssetSpec",
     "GenerationSpec",
     "ModelSpec",
     "PatchSpec",

@@ -136,8 +136,13 @@ def check_weight_files(directory: Path) -> list[Path]:
     raise ModelDirError(f"{d} has no safetensors weights ({WEIGHTS_FILE} or {WEIGHTS_INDEX})")
 
 
-def check_files(directory: Path) -> None:
-    """The cheap checks: a config, a tokenizer, and safetensors weights that add up."""
+def has_weights(directory: Path) -> bool:
+    d = Path(directory)
+    return (d / WEIGHTS_FILE).is_file() or (d / WEIGHTS_INDEX).is_file()
+
+
+def check_files(directory: Path, weights: bool = True) -> None:
+    """The cheap checks: a config, a tokenizer, and (``weights``) safetensors weights that add up."""
     d = Path(directory)
     if not d.is_dir():
         raise ModelDirError(f"{d} is not a directory")
@@ -145,7 +150,8 @@ def check_files(directory: Path) -> None:
         raise ModelDirError(f"{d} has no config.json")
     if not present_files(d, TOKENIZER_CORE):
         raise ModelDirError(f"{d} has no tokenizer files (tokenizer.json, tokenizer.model or vocab.json)")
-    check_weight_files(d)
+    if weights:
+        check_weight_files(d)
 
 
 def stop_ids_of(directory: Path, tok: Any) -> tuple[int, ...]:
@@ -177,6 +183,19 @@ def load_weights_model(directory: Path, dtype: torch.dtype = torch.bfloat16) -> 
     if missing:
         raise ModelDirError(f"the weights lack {len(missing)} tensors the model needs, e.g. {missing[0]!r}")
     return model.eval()
+
+
+def model_from_config(directory: Path, dtype: torch.dtype = torch.bfloat16) -> Any:
+    """The architecture of ``directory`` with freshly initialised weights: the shape a node needs
+    before its first sync overwrites every tensor from a verified anchor."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        cfg = AutoConfig.from_pretrained(str(directory), local_files_only=True)
+        return AutoModelForCausalLM.from_config(cfg, dtype=dtype).eval()
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelDirError(f"transformers cannot build the model in {directory}: {first}") from e
 
 
 def describe(directory: Path, name: str = "") -> tuple[ModelSpec, tuple[int, ...], Any]:

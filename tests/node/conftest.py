@@ -69,8 +69,8 @@ def make_net(tmp_path: Path, model_cache: Path) -> Callable[..., Net]:
             **spec_kw,
         }
         spec = NetworkSpec(**kw)
-        model, stops = describe_model(spec, model_cache)
-        sg = genesis_from_spec(spec, ids["trainer"], model, stop_token_ids=stops)
+        model, stops, assets = describe_model(spec, model_cache)
+        sg = genesis_from_spec(spec, ids["trainer"], model, stop_token_ids=stops, assets=assets)
         g = write_genesis(sg, tmp_path / "genesis.json")
         return Net(tmp_path, g, ids, port, model_cache)
 
