@@ -22,7 +22,6 @@ from p2prl.protocol.sections import AssetSpec
 
 log = logging.getLogger(__name__)
 MODEL_FILES_ASSET = "model_files"
-FETCH_TIMEOUT_S = 600.0
 
 
 class AssetError(Exception):
@@ -50,7 +49,7 @@ def publish_asset(ctx: Any, asset: AssetSpec, data: bytes) -> None:
             log.warning("S3 mirror of asset %s failed: %s", asset.name, e)
 
 
-def fetch_asset(ctx: Any, asset: AssetSpec, timeout: float = FETCH_TIMEOUT_S) -> bytes:
+def fetch_asset(ctx: Any, asset: AssetSpec) -> bytes:
     """The asset's bytes, from the store or fetched (peers, then S3) and verified; kept and served."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
@@ -65,7 +64,7 @@ def fetch_asset(ctx: Any, asset: AssetSpec, timeout: float = FETCH_TIMEOUT_S) ->
         task = bar.add_task(asset.name, total=asset.size)
         try:
             path = ctx.net.fetch(
-                asset.ref, timeout=timeout, on_progress=lambda done, _total: bar.update(task, completed=done)
+                asset.ref, timeout=ctx.config.fetch_timeout_s, on_progress=lambda done, _total: bar.update(task, completed=done)
             )
         except Exception as e:
             ctx.status.incr_label("asset_fetch_failed", asset.name)

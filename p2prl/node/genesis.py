@@ -16,16 +16,8 @@ from pathlib import Path
 from p2prl.atomicfile import write_atomic
 from p2prl.crypto.envelope import EnvelopeError
 from p2prl.crypto.keys import Identity
+from p2prl.protocol import sections as sec
 from p2prl.protocol.messages import Genesis, MessageError, decode_message, encode_message
-from p2prl.protocol.sections import (
-    AssetSpec,
-    GenerationSpec,
-    ModelSpec,
-    PatchSpec,
-    PromptSpec,
-    S3Spec,
-    TaskSpec,
-)
 
 GENESIS_FORMAT = "p2prl-genesis-v1"
 MAX_GENESIS_FILE = 1024 * 1024
@@ -64,23 +56,23 @@ def make_genesis(
     trainer: Identity,
     *,
     network_id: str,
-    model: ModelSpec,
-    task: TaskSpec,
-    generation: GenerationSpec,
-    patch: PatchSpec,
+    model: sec.ModelSpec,
+    task: sec.TaskSpec,
+    generation: sec.GenerationSpec,
+    patch: sec.PatchSpec,
     validators: list[str],
     bootstrap: list[str],
-    s3: S3Spec | None,
+    s3: sec.S3Spec | None,
     max_staleness: int,
-    prompt: PromptSpec | None = None,
-    assets: tuple[AssetSpec, ...] = (),
+    prompt: sec.PromptSpec | None = None,
+    assets: tuple[sec.AssetSpec, ...] = (),
 ) -> SignedGenesis:
     """Sign a genesis with the trainer's identity (the trainer key is the signer's)."""
     g = Genesis(
         network_id=network_id,
         trainer=trainer.public_hex,
         model=model,
-        prompt=prompt or PromptSpec(),
+        prompt=prompt or sec.PromptSpec(),
         task=task,
         generation=generation,
         patch=patch,

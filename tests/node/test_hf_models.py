@@ -108,5 +108,7 @@ def test_join_with_nothing_but_the_genesis(make_net, wait_for, hf_model_dir: Cal
     body = client.get_object(Bucket="hf-join", Key=key)["Body"].read()
     client.put_object(Bucket="hf-join", Key=key, Body=body[:-1] + bytes([body[-1] ^ 1]))
     with pytest.raises(NodeStartError, match="cannot fetch model_files"):
-        start_node(net.config("miner3", model_cache=net.root / "miner3" / "model", **s3kw))
+        start_node(
+            net.config("miner3", model_cache=net.root / "miner3" / "model", fetch_timeout_s=15.0, **s3kw)
+        )
     assert not list((net.root / "miner3" / "model").glob("*/config.json"))
