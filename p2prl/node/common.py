@@ -90,7 +90,7 @@ def load_start(ctx: NodeContext, weights_dir: Path) -> tuple[Any, Any, Weights]:
     differently, it still starts from it as version 0 but marks it unverified (hash ""), so the
     first sync takes the slow path from an anchor instead of trusting a patch base it does not have.
     """
-    model, tok, base, h = base_model(ctx, strict=False)
+    model, tok, base, h = base_model(ctx, strict=ctx.config.model is not None)  # --model: must match
     saved = load_saved_weights(weights_dir)
     if saved is not None:
         log.info("resuming from saved weights v%d (%s)", saved.version, saved.hash[:12])

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+from safetensors.torch import load_file, save_file
 
 from p2prl.node.context import NodeStartError
 from p2prl.node.miner import perturb_state
@@ -55,6 +56,13 @@ def test_local_copy_checked_against_genesis(
     other = shutil.copytree(d, tmp_path / "copy")
     (other / "tokenizer_config.json").write_text((d / "tokenizer_config.json").read_text() + " ")
     with pytest.raises(NodeStartError, match="tokenizer files differ from the genesis"):
+        start_node(net.config("miner1", model=other))
+    (other / "tokenizer_config.json").write_text((d / "tokenizer_config.json").read_text())
+    weights = load_file(str(other / "model.safetensors"))
+    name = sorted(weights)[0]
+    weights[name] = weights[name] + 1
+    save_file(weights, str(other / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(NodeStartError, match="weights differ from the genesis"):
         start_node(net.config("miner1", model=other))
     # no --model, nothing cached, no peer holding the files and no S3: it never starts on nothing
     with pytest.raises(NodeStartError, match="cannot fetch model_files"):
