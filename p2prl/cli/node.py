@@ -26,7 +26,7 @@ def _option_for(f: Any) -> tuple[Any, Any]:
     default = NodeConfig()
     value = getattr(default, f.name)
     help_text = f.metadata.get("help", "") + env_note
-    if f.name in ("network", "key_file", "model_cache"):
+    if f.name in ("network", "key_file", "model_cache", "model"):
         return Path | None, typer.Option(None, flag, help=help_text, show_default=False)
     if isinstance(value, bool):
         return (
@@ -86,75 +86,87 @@ def _node_signature() -> inspect.Signature:
 node.__signature__ = _node_signature()  # type: ignore[attr-defined]
 
 
-@network_app.command("init")
 def network_init(
-    out: Path = typer.Option(Path("genesis.json"), "--out", "-o", help="Where to write the genesis file."),
-    key: Path = typer.Option(
-        Path("p2prl-data/node.key"), "--key", help="The trainer's key file (created if missing)."
-    ),
-    network_id: str = typer.Option(
-        "p2prl-net", "--network-id", help="Network id (signed into every envelope)."
-    ),
-    task: str = typer.Option("addition", "--task", help="Task id (see p2prl.rl.tasks)."),
-    task_param: list[str] = typer.Option(
-        [], "--task-param", help="Task parameter NAME=VALUE (JSON value or string); repeatable."
-    ),
-    model_cache: Path = typer.Option(
-        Path("p2prl-data/model"), "--model-cache", help="Where the default base model is built/cached."
-    ),
-    validator: list[str] = typer.Option(
-        [], "--validator", help="Validator public key (hex) or key file; repeatable."
-    ),
-    bootstrap: list[str] = typer.Option(
-        [], "--bootstrap", help="Bootstrap multiaddr (…/p2p/<id>); repeatable."
-    ),
-    s3_endpoint: str = typer.Option("", "--s3-endpoint", help="S3 endpoint URL (empty: AWS)."),
-    s3_bucket: str = typer.Option("", "--s3-bucket", help="S3 bucket for the mirror/fallback (empty: none)."),
-    s3_prefix: str = typer.Option("", "--s3-prefix", help="Key prefix inside the bucket."),
-    anchor_interval: int = typer.Option(10, "--anchor-interval", help="A full checkpoint every N versions."),
-    chunk_size: int = typer.Option(1024 * 1024, "--chunk-size", help="Blob chunk size in bytes."),
-    max_staleness: int = typer.Option(
-        4, "--max-staleness", help="Oldest usable rollout, in versions behind."
-    ),
-    max_new_tokens: int = typer.Option(8, "--max-new-tokens", help="Completion length bound."),
-    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature."),
-    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass."),
-    group_size: int = typer.Option(8, "--group-size", help="Completions per prompt (a GRPO group)."),
-    groups_per_batch: int = typer.Option(8, "--groups-per-batch", help="Prompts per announced batch."),
+    out: Path = Path("genesis.json"),
+    key: Path = Path("p2prl-data/node.key"),
+    model_cache: Path = Path("p2prl-data/model"),
+    **flags: Any,
 ) -> None:
-    """Write a trainer-signed genesis file (the trainer key signs; its public key is pinned by every node)."""
+    """Write a trainer-signed genesis file (the trainer key signs; its public key is pinned by every node).
+
+    Every check (model directory, tokenizer, task, prompt format) runs before anything is written.
+    """
     from p2prl.node.netinit import NetworkSpec, init_network
-    from p2prl.rl.tasks import parse_task_params
+    from p2prl.rl.modeldir import ModelDirError
 
     try:
-        task_params = parse_task_params(task_param)
-    except ValueError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1) from e
-    spec = NetworkSpec(
-        network_id=network_id,
-        task=task,
-        task_params=task_params,
-        validators=list(validator),
-        bootstrap=list(bootstrap),
-        s3_endpoint=s3_endpoint,
-        s3_bucket=s3_bucket,
-        s3_prefix=s3_prefix,
-        anchor_interval=anchor_interval,
-        chunk_size=chunk_size,
-        max_staleness=max_staleness,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        group_size=group_size,
-        groups_per_batch=groups_per_batch,
-    )
-    try:
+        spec = NetworkSpec(**_spec_values(flags))
         sg = init_network(spec, key_path=key, model_cache=model_cache, out=out)
-    except (ValueError, OSError) as e:
-        typer.echo(f"error: {e}", err=True)
+    except (ModelDirError, ValueError, OSError) as e:
+        typer.echo(f"error: {str(e).splitlines()[0] if str(e) else repr(e)}", err=True)
         raise typer.Exit(1) from e
+    m = sg.genesis.model
     typer.echo(f"wrote {out}\nnetwork {sg.network_id}\ntrainer {sg.genesis.trainer}")
+    typer.echo(
+        f"model {m.name} ({m.architecture}, {m.parameters:,} parameters, weights {m.weights_hash[:16]}…)"
+    )
+
+
+def _spec_values(flags: dict[str, Any]) -> dict[str, Any]:
+    """NetworkSpec keyword values from the generated flags (``--task-param k=v`` parsed to a dict, JSON
+    values typed)."""
+    from p2prl.rl.tasks import parse_task_params
+
+    out = dict(flags)
+    out["task_params"] = parse_task_params(out.pop("task_params", None) or [])
+    return out
+
+
+def _network_init_signature() -> inspect.Signature:
+    from p2prl.node.netinit import NetworkSpec
+
+    params = [
+        _kw(
+            "out",
+            Path,
+            typer.Option(Path("genesis.json"), "--out", "-o", help="Where to write the genesis file."),
+        ),
+        _kw(
+            "key",
+            Path,
+            typer.Option(
+                Path("p2prl-data/node.key"), "--key", help="The trainer's key file (created if missing)."
+            ),
+        ),
+        _kw(
+            "model_cache",
+            Path,
+            typer.Option(
+                Path("p2prl-data/model"), "--model-cache", help="Where the built-in model is built/cached."
+            ),
+        ),
+    ]
+    default = NetworkSpec()
+    for f in fields(NetworkSpec):
+        flag = "--" + str(f.metadata.get("flag", f.name)).replace("_", "-")
+        value = getattr(default, f.name)
+        help_text = str(f.metadata.get("help", ""))
+        if f.name == "model":
+            ann, opt = Path | None, typer.Option(None, flag, help=help_text, show_default=False)
+        elif isinstance(value, list | dict):
+            ann, opt = list[str], typer.Option([], flag, help=help_text + " Repeatable.", show_default=False)
+        else:
+            ann, opt = type(value), typer.Option(value, flag, help=help_text)
+        params.append(_kw(f.name, ann, opt))
+    return inspect.Signature(params)
+
+
+def _kw(name: str, ann: Any, opt: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=ann, default=opt)
+
+
+network_init.__signature__ = _network_init_signature()  # type: ignore[attr-defined]
+network_app.command("init")(network_init)
 
 
 @network_app.command("show")
@@ -189,8 +201,16 @@ def demo(
     ),
     keep: bool = typer.Option(False, "--keep", help="Keep the temporary working directory."),
     headless: bool = typer.Option(False, "--headless", help="No dashboard even without --duration."),
+    model: Path | None = typer.Option(
+        None, "--model", help="Local Hugging Face causal-LM directory (default: the built-in tiny model)."
+    ),
+    task: str = typer.Option("addition", "--task", help="Task name."),
+    prompt_format: str = typer.Option("raw", "--prompt-format", help="raw or chat."),
+    system_prompt: str = typer.Option("", "--system-prompt", help="System prompt for the chat format."),
+    device: str = typer.Option("cpu", "--device", help="Torch device of every node: auto, cpu, cuda, cuda:N."),
 ) -> None:
-    """Start a whole network on 127.0.0.1 (local S3, trainer, validator, miners) on the default tiny model.
+    """Start a whole network on 127.0.0.1 (local S3, trainer, validator, miners) on the default tiny
+    model or the --model directory.
 
     With --duration it runs headless and prints a summary; otherwise it shows the dashboard until Ctrl-C.
     """
@@ -204,6 +224,11 @@ def demo(
         workdir=workdir,
         keep=keep,
         dashboard=duration is None and not headless,
+        model=model,
+        task=task,
+        prompt_format=prompt_format,
+        system_prompt=system_prompt,
+        device=device,
     )
     summary = run_demo(opts)
     if summary is not None:

@@ -38,6 +38,13 @@ def train_local(
     save: Path = typer.Option(
         None, "--save", help="Checkpoint here at the end (a directory under torchrun)."
     ),
+    model: Path | None = typer.Option(
+        None, "--model", help="Local Hugging Face causal-LM directory (default: the built-in tiny model)."
+    ),
+    task: str = typer.Option("addition", "--task", help="Task name (the built-in model knows addition)."),
+    prompt_format: str = typer.Option("raw", "--prompt-format", help="raw or chat."),
+    system_prompt: str = typer.Option("", "--system-prompt", help="System prompt for the chat format."),
+    device: str = typer.Option("cpu", "--device", help="Torch device: auto, cpu, cuda or cuda:N."),
     threads: int = typer.Option(
         0, "--threads", help="Torch CPU threads (0: $P2PRL_TORCH_THREADS or 1, fastest for the tiny model)."
     ),
@@ -58,6 +65,12 @@ def train_local(
         threads=threads,
         resume=resume,
         save=save,
+        model_dir=model,
+        task=task,
+        task_params={"digits": 2} if task == "addition" and model is None else {},
+        prompt_format=prompt_format,
+        system_prompt=system_prompt,
+        device=device,
     )
     from p2prl.rl.distributed import launched, rank
 

@@ -10,7 +10,6 @@ from typing import Any
 from p2prl.node.context import NodeContext, NodeStartError
 from p2prl.node.manifests import ManifestBook
 from p2prl.node.weights import Weights, load_base_model, load_saved_weights
-from p2prl.patch.hashing import weights_hash
 
 log = logging.getLogger(__name__)
 
@@ -20,19 +19,16 @@ def generation_params(ctx: NodeContext, seed: int = 0) -> Any:
 
     g = ctx.g.generation
     return GenerationParams(
-        max_new_tokens=int(g.get("max_new_tokens", 8)),
-        temperature=int(g.get("temperature_milli", 1000)) / 1000,
-        top_p=int(g.get("top_p_milli", 1000)) / 1000,
-        seed=seed,
+        max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p, seed=seed
     )
 
 
 def group_size(ctx: NodeContext) -> int:
-    return int(ctx.g.generation.get("group_size", 8))
+    return ctx.g.generation.group_size
 
 
 def groups_per_batch(ctx: NodeContext) -> int:
-    return int(ctx.g.generation.get("groups_per_batch", 8))
+    return ctx.g.generation.groups_per_batch
 
 
 def task_of(ctx: NodeContext) -> Any:
@@ -40,17 +36,58 @@ def task_of(ctx: NodeContext) -> Any:
     from p2prl.rl.tasks import get_task
 
     t = ctx.g.task
-    name = str(t.get("name", "addition"))
     try:
-        task = get_task(name, **dict(t.get("params") or {}))
+        task = get_task(t.name, **t.params)
     except ValueError as e:
         raise NodeStartError(f"genesis task: {e}") from e
-    ctx.status.set(task=name, task_source=f"{type(task).__module__}:{type(task).__qualname__}")
+    ctx.status.set(task=t.name, task_source=f"{type(task).__module__}:{type(task).__qualname__}")
     return task
 
 
 def genesis_base_hash(ctx: NodeContext) -> str:
-    return str(ctx.g.model.get("weights_hash", ""))
+    return ctx.g.model.weights_hash
+
+
+def base_model(ctx: NodeContext, strict: bool) -> tuple[Any, Any, dict[str, Any], str]:
+    """The genesis model for this node (its ``--model`` copy, the cache, the built-in one, or the
+    files fetched from the network), checked against the genesis; a mismatch stops the node with a
+    one-line reason."""
+    from p2prl.node.assets import AssetError
+    from p2prl.node.context import NodeStartError
+    from p2prl.node.weights import pick_device
+    from p2prl.rl.modeldir import ModelDirError
+
+    cfg = ctx.config
+
+    def fetch(target: Path) -> Path:
+        from p2prl.node.assets import fetch_asset, install_model_files
+
+        return install_model_files(fetch_asset(ctx, ctx.g.asset(ctx.g.model.files_sha256)), target)
+
+    try:
+        return load_base_model(
+            ctx.g, cfg.model_cache_dir, cfg.model, pick_device(cfg.device), strict=strict, fetch=fetch
+        )
+    except (ModelDirError, AssetError, FileNotFoundError, ValueError) as e:
+        raise NodeStartError(str(e)) from e
+
+
+def publish_model_files(ctx: NodeContext) -> None:
+    """Trainer: serve the genesis model's non-weight files (the ``model_files`` asset) to joining
+    nodes, from its store and the S3 mirror. Its local files must be exactly the genesis ones."""
+    from p2prl.node.assets import AssetError, publish_asset
+    from p2prl.node.context import NodeStartError
+    from p2prl.node.weights import model_dir_for
+    from p2prl.rl.modeldir import pack_files
+
+    spec = ctx.g.model
+    if not spec.files_sha256:
+        return
+    data = pack_files(model_dir_for(spec, ctx.config.model, ctx.config.model_cache_dir))
+    try:
+        publish_asset(ctx, ctx.g.asset(spec.files_sha256), data)
+    except AssetError as e:
+        raise NodeStartError(str(e)) from e
 
 
 def load_start(ctx: NodeContext, weights_dir: Path) -> tuple[Any, Any, Weights]:
@@ -60,15 +97,12 @@ def load_start(ctx: NodeContext, weights_dir: Path) -> tuple[Any, Any, Weights]:
     differently, it still starts from it as version 0 but marks it unverified (hash ""), so the
     first sync takes the slow path from an anchor instead of trusting a patch base it does not have.
     """
-    if ctx.g.model.get("source", "builtin") != "builtin":
-        raise ValueError(f"unsupported model source {ctx.g.model.get('source')!r}")
-    model, tok, base = load_base_model(ctx.config.model_cache_dir)
+    model, tok, base, h = base_model(ctx, strict=ctx.config.model is not None)  # --model: must match
     saved = load_saved_weights(weights_dir)
     if saved is not None:
         log.info("resuming from saved weights v%d (%s)", saved.version, saved.hash[:12])
         ctx.status.incr("restarts_resumed")
         return model, tok, saved
-    h = weights_hash(base)
     if h != genesis_base_hash(ctx):
         log.warning(
             "local base model hash %s differs from genesis %s; will sync from an anchor",

@@ -69,6 +69,11 @@ class NodeConfig:
     model_cache: Path | None = field(
         default=None, metadata={"help": "Where the base model is built/cached; default <data-dir>/model."}
     )
+    model: Path | None = field(
+        default=None,
+        metadata={"help": "Local copy of the genesis model (HF directory), checked against the genesis first."},
+    )
+    device: str = field(default="cpu", metadata={"help": "Torch device: auto, cpu, cuda or cuda:N."})
     torch_threads: int = field(
         default=0, metadata={"help": "torch intra-op threads; 0 keeps torch's default."}
     )
@@ -182,6 +187,10 @@ class NodeConfig:
             raise ConfigError("--network <genesis file> is required")
         if self.trainer_key and (len(self.trainer_key) != 64 or not _is_hex(self.trainer_key)):
             raise ConfigError("trainer_key must be 64 hex characters")
+        if self.device not in ("auto", "cpu", "cuda") and not (
+            self.device.startswith("cuda:") and self.device[5:].isdigit()
+        ):
+            raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, not {self.device!r}")
         if not -1 <= self.status_port <= 65535:
             raise ConfigError("status_port must be -1..65535")
         for name in (
@@ -214,7 +223,7 @@ FIELDS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in fields(NodeConfi
 def _field_kind(name: str) -> type:
     default = NodeConfig()
     value = getattr(default, name)
-    if name in ("network", "key_file", "model_cache") or isinstance(value, Path):
+    if name in ("network", "key_file", "model_cache", "model") or isinstance(value, Path):
         return Path
     return type(value)
 

@@ -163,21 +163,23 @@ def s3_config(cfg: NodeConfig, sg: SignedGenesis) -> Any:
     """The S3 settings: genesis location, overridden by the node's own flags; None when disabled."""
     if not cfg.s3_enable:
         return None
-    g = sg.genesis.s3 or {}
-    bucket = cfg.s3_bucket or str(g.get("bucket") or "")
+    from p2prl.protocol.sections import S3Spec
+
+    g = sg.genesis.s3 or S3Spec()
+    bucket = cfg.s3_bucket or g.bucket
     if not bucket:
         return None
     from p2prl.net.s3 import S3Config
 
-    endpoint = (cfg.s3_endpoint or str(g.get("endpoint") or "")) or None
+    endpoint = (cfg.s3_endpoint or g.endpoint) or None
     # credentials sign only requests to the endpoint this node's operator named, never to one that
     # only the genesis (whoever wrote it) names (docs/SECURITY.md, item 20)
     sign = cfg.s3_sign and endpoint == (cfg.s3_endpoint or None)
     return S3Config(
         bucket=bucket,
         endpoint_url=endpoint,
-        prefix=cfg.s3_prefix or str(g.get("prefix") or ""),
-        region=cfg.s3_region or str(g.get("region") or "us-east-1"),
+        prefix=cfg.s3_prefix or g.prefix,
+        region=cfg.s3_region or g.region,
         access_key_id=os.environ.get("AWS_ACCESS_KEY_ID") if sign else None,
         secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY") if sign else None,
     )

@@ -55,6 +55,11 @@ class DemoOptions:
     startup_timeout_s: float = 300.0
     node_args: tuple[str, ...] = ()  # extra flags for every node (tests)
     model_cache: Path | None = None  # default: $P2PRL_CACHE or ~/.cache/p2prl (the model is built once)
+    model: Path | None = None  # a local HF directory instead of the built-in model
+    task: str = "addition"
+    prompt_format: str = "raw"
+    system_prompt: str = ""
+    device: str = "cpu"
     # the trainer's step equals train-local's (32 prompts x 8 samples, lr 3e-4), taken train_epochs
     # times on each batch; each miner announces batches_per_version batches of 16 prompts per
     # version, so the miners make what the trainer consumes and no more (staleness stays 0-1)
@@ -83,7 +88,7 @@ def prepare(opts: DemoOptions, root: Path, s3_endpoint: str) -> dict[str, Any]:
     An empty ``s3_endpoint`` makes a network without an S3 location (peer to peer only)."""
     from p2prl.net.identity import peer_id_for
     from p2prl.node.genesis import write_genesis
-    from p2prl.node.netinit import NetworkSpec, base_model_info, genesis_from_spec
+    from p2prl.node.netinit import NetworkSpec, describe_model, genesis_from_spec
 
     ids = {n: load_or_create_identity(root / n / "node.key") for n in _nodes(opts)}
     plan_file = root / "demo.json"
@@ -106,11 +111,16 @@ def prepare(opts: DemoOptions, root: Path, s3_endpoint: str) -> dict[str, Any]:
         max_new_tokens=opts.max_new_tokens,
         group_size=opts.group_size,
         groups_per_batch=opts.groups_per_batch,
+        model=opts.model,
+        task=opts.task,
+        prompt_format=opts.prompt_format,
+        system_prompt=opts.system_prompt,
     )
     s3 = {"endpoint": s3_endpoint, "bucket": BUCKET, "prefix": ""} if s3_endpoint else None
     if not genesis_path.exists():
         # a resumed demo keeps its genesis; its nodes get the new local S3 endpoint by --s3-endpoint
-        sg = genesis_from_spec(spec, ids["trainer"], base_model_info(model_cache), s3=s3)
+        model, stops, assets = describe_model(spec, model_cache)
+        sg = genesis_from_spec(spec, ids["trainer"], model, s3=s3, stop_token_ids=stops, assets=assets)
         write_genesis(sg, genesis_path)
     plan_file.write_text(json.dumps(plan, indent=1))
     plan["genesis"] = genesis_path
@@ -154,6 +164,7 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
         args += ["--batches-per-version", str(opts.batches_per_version)]
     if role == "validator":  # every node here runs the same engine: tolerances fit to it
         args += ["--calibrate-tolerances"]
+    args += ["--device", opts.device] + (["--model", str(opts.model)] if opts.model else [])
     args += list(opts.node_args)
     if opts.dishonest_miner and name == "miner2":
         args += ["--dishonest-perturb", "0.05"]

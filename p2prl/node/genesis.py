@@ -12,11 +12,11 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from p2prl.atomicfile import write_atomic
 from p2prl.crypto.envelope import EnvelopeError
 from p2prl.crypto.keys import Identity
+from p2prl.protocol import sections as sec
 from p2prl.protocol.messages import Genesis, MessageError, decode_message, encode_message
 
 GENESIS_FORMAT = "p2prl-genesis-v1"
@@ -56,20 +56,23 @@ def make_genesis(
     trainer: Identity,
     *,
     network_id: str,
-    model: dict[str, Any],
-    task: dict[str, Any],
-    generation: dict[str, Any],
-    patch: dict[str, Any],
+    model: sec.ModelSpec,
+    task: sec.TaskSpec,
+    generation: sec.GenerationSpec,
+    patch: sec.PatchSpec,
     validators: list[str],
     bootstrap: list[str],
-    s3: dict[str, Any] | None,
+    s3: sec.S3Spec | None,
     max_staleness: int,
+    prompt: sec.PromptSpec | None = None,
+    assets: tuple[sec.AssetSpec, ...] = (),
 ) -> SignedGenesis:
     """Sign a genesis with the trainer's identity (the trainer key is the signer's)."""
     g = Genesis(
         network_id=network_id,
         trainer=trainer.public_hex,
         model=model,
+        prompt=prompt or sec.PromptSpec(),
         task=task,
         generation=generation,
         patch=patch,
@@ -77,6 +80,7 @@ def make_genesis(
         bootstrap=tuple(bootstrap),
         s3=s3,
         max_staleness=max_staleness,
+        assets=tuple(assets),
     )
     raw = encode_message(trainer, network_id, g)
     return verify_genesis_bytes(raw, network_id)
@@ -99,6 +103,9 @@ def verify_genesis_bytes(raw: bytes, network_id: str, expected_trainer: str = ""
         )
     if msg.trainer in msg.validators:
         raise GenesisError("the trainer cannot also be a validator")
+    for named in (msg.model.files_sha256, msg.task.data_sha256):
+        if named and not any(a.id == named for a in msg.assets):
+            raise GenesisError(f"the genesis names file blob {named[:12]}… but lists no such asset")
     return SignedGenesis(genesis=msg, envelope=raw)
 
 

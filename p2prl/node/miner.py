@@ -151,7 +151,7 @@ class Miner:
         self._save_index(w.version, first + n_groups)  # reserve before use: a crash never reuses
         indices = list(range(first, first + n_groups))
         problems = [self.task.problem(derive_seed(mhash, key, i)) for i in indices]
-        prompts = [self.tok.encode(p.prompt) for p in problems]
+        prompts = [self.tok.encode_prompt(p.prompt) for p in problems]
         t0 = time.monotonic()
         seed = int.from_bytes(derive_seed(mhash, key, first)[:4], "big")
         samples = self.engine.generate(prompts, g_size, generation_params(ctx, seed))
@@ -165,7 +165,7 @@ class Miner:
             groups.append((i, ids, ss, rewards))
         batch = build_batch(w.version, mhash, key, groups)
         data = encode_batch(batch)
-        chunk = int(ctx.g.patch.get("chunk_size", 1 << 20))
+        chunk = ctx.g.patch.chunk_size
         ref = blob_ref_for(data, chunk_size=max(16 * 1024, min(chunk, 16 * 1024 * 1024)))
         ctx.store.put(data, expected_id=ref.id)
         ctx.store.pin([ref.id])

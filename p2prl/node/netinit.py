@@ -1,35 +1,91 @@
-"""``p2prl network init``: build the base model, hash it, and sign the genesis with the trainer key."""
+"""``p2prl network init``: describe the base model, hash it, and sign the genesis with the trainer key.
+
+:data:`NetworkSpec` is generated from the genesis section declarations (``p2prl.protocol.sections``):
+every section field with a ``flag`` becomes a spec field (and so a ``network init`` flag) of the same
+name, next to the few top-level settings below, so the flags and the genesis can never drift apart.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import dataclasses
+import typing
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from p2prl.crypto.keys import KeyFileError, load_identity, load_or_create_identity
 from p2prl.node.genesis import SignedGenesis, make_genesis, write_genesis
+from p2prl.protocol.sections import (
+    AssetSpec,
+    GenerationSpec,
+    ModelSpec,
+    PatchSpec,
+    PromptSpec,
+    S3Spec,
+    TaskSpec,
+)
+
+FLAGGED_SECTIONS: tuple[type, ...] = (PromptSpec, TaskSpec, GenerationSpec, PatchSpec, S3Spec)
 
 
 @dataclass
-class NetworkSpec:
-    """What the trainer chooses when founding a network (all of it is signed into genesis)."""
+class _TopLevel:
+    network_id: str = field(
+        default="p2prl-net", metadata={"help": "Network id (signed into every envelope)."}
+    )
+    model: Path | None = field(
+        default=None,
+        metadata={"help": "Local Hugging Face causal-LM directory (default: the built-in tiny model)."},
+    )
+    validators: list[str] = field(
+        default_factory=list,
+        metadata={"flag": "validator", "help": "Validator public key (hex) or key file."},
+    )
+    bootstrap: list[str] = field(default_factory=list, metadata={"help": "Bootstrap multiaddr (…/p2p/<id>)."})
+    max_staleness: int = field(default=4, metadata={"help": "Oldest usable rollout, in versions behind."})
 
-    network_id: str = "p2prl-net"
-    task: str = "addition"
-    task_params: dict[str, Any] = field(default_factory=dict)
-    validators: list[str] = field(default_factory=list)  # hex keys or key-file paths
-    bootstrap: list[str] = field(default_factory=list)
-    s3_endpoint: str = ""
-    s3_bucket: str = ""
-    s3_prefix: str = ""
-    anchor_interval: int = 10
-    chunk_size: int = 1024 * 1024
-    max_staleness: int = 4
-    max_new_tokens: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    group_size: int = 8
-    groups_per_batch: int = 8
+
+def spec_name(f: dataclasses.Field[Any]) -> str:
+    """The NetworkSpec field of a section field: its flag with dashes as underscores."""
+    return str(f.metadata.get("flag", f.name)).replace("-", "_")
+
+
+def _spec_field(f: dataclasses.Field[Any], hint: Any) -> tuple[str, Any, Any]:
+    scale = f.metadata.get("scale")
+    name = spec_name(f)
+    if name == "task_param":
+        return "task_params", dict[str, Any], field(default_factory=dict, metadata=dict(f.metadata))
+    if f.default_factory is not dataclasses.MISSING:
+        return name, hint, field(default_factory=f.default_factory, metadata=dict(f.metadata))
+    default = f.default / scale if scale else f.default
+    return name, float if scale else hint, field(default=default, metadata=dict(f.metadata))
+
+
+def _make_spec() -> type:
+    fields_: list[tuple[str, Any, Any]] = []
+    for f in dataclasses.fields(_TopLevel):
+        fields_.append((f.name, typing.get_type_hints(_TopLevel)[f.name], f))
+    for sec in FLAGGED_SECTIONS:
+        hints = typing.get_type_hints(sec)
+        fields_.extend(_spec_field(f, hints[f.name]) for f in dataclasses.fields(sec) if "flag" in f.metadata)
+    return dataclasses.make_dataclass("NetworkSpec", fields_, namespace={"__doc__": _SPEC_DOC})
+
+
+_SPEC_DOC = "What the trainer chooses when founding a network (all of it is signed into genesis)."
+NetworkSpec: Any = _make_spec()
+
+
+def section_of(spec: Any, cls: type, **fixed: Any) -> Any:
+    """Section ``cls`` from a NetworkSpec's flagged values (scaled ones back to integers) and ``fixed``."""
+    kw = dict(fixed)
+    for f in dataclasses.fields(cls):
+        if "flag" not in f.metadata:
+            continue
+        name = "task_params" if spec_name(f) == "task_param" else spec_name(f)
+        v = getattr(spec, name)
+        scale = f.metadata.get("scale")
+        kw[f.name] = round(v * scale) if scale else v
+    return cls(**kw)
 
 
 def _validator_key(v: str) -> str:
@@ -47,60 +103,89 @@ def _validator_key(v: str) -> str:
         raise ValueError(f"validator {v!r} is neither a hex public key nor a key file ({e})") from e
 
 
-def base_model_info(model_cache: Path) -> dict[str, Any]:
-    """Build (or reuse) the default model and describe it for genesis (its hash pins version 0)."""
+def base_model_info(model_cache: Path) -> ModelSpec:
+    """Build (or reuse) the default model and describe it for genesis (each node rebuilds it)."""
     from p2prl.rl.model import build_default_model, model_meta
+    from p2prl.rl.modeldir import config_sha256, tokenizer_sha256
 
     path = build_default_model(Path(model_cache))
     meta = model_meta(path)
-    return {
-        "name": meta["name"],
-        "source": "builtin",
-        "dtype": "bfloat16",
-        "parameters": int(meta["parameters"]),
-        "weights_hash": meta["weights_hash"],
-        "tokenizer": "char",
-    }
+    return ModelSpec(
+        name=meta["name"],
+        source="builtin",
+        architecture="Qwen2ForCausalLM",
+        dtype="bfloat16",
+        parameters=int(meta["parameters"]),
+        weights_hash=meta["weights_hash"],
+        config_sha256=config_sha256(path),
+        tokenizer_sha256=tokenizer_sha256(path),
+        files_sha256="",
+        files_size=0,
+    )
 
 
 def genesis_from_spec(
-    spec: NetworkSpec, trainer: Any, model: dict[str, Any], s3: dict[str, Any] | None = None
+    spec: Any,
+    trainer: Any,
+    model: ModelSpec,
+    s3: S3Spec | dict[str, Any] | None = None,
+    stop_token_ids: tuple[int, ...] = (),
+    assets: tuple[AssetSpec, ...] = (),
 ) -> SignedGenesis:
-    if spec.s3_bucket and s3 is None:
-        s3 = {"endpoint": spec.s3_endpoint, "bucket": spec.s3_bucket, "prefix": spec.s3_prefix}
-    if not 1 <= spec.anchor_interval <= 100_000:
-        raise ValueError("anchor_interval must be in 1..100000")
-    if spec.group_size < 2:
-        raise ValueError("group_size must be >= 2 (GRPO normalizes within a group)")
-    if not 0 < spec.top_p <= 1 or spec.temperature <= 0:
-        raise ValueError("temperature must be > 0 and top_p in (0, 1]")
+    """Sign the genesis of ``spec`` for ``model`` (``s3`` overrides the spec's S3 flags)."""
+    if isinstance(s3, dict):
+        s3 = S3Spec(**s3)
+    if s3 is None and spec.s3_bucket:
+        s3 = section_of(spec, S3Spec)
     return make_genesis(
         trainer,
         network_id=spec.network_id,
         model=model,
-        task={"name": spec.task, "params": dict(spec.task_params)},
-        generation={
-            "max_new_tokens": spec.max_new_tokens,
-            "temperature_milli": round(spec.temperature * 1000),
-            "top_p_milli": round(spec.top_p * 1000),
-            "group_size": spec.group_size,
-            "groups_per_batch": spec.groups_per_batch,
-        },
-        patch={"anchor_interval": spec.anchor_interval, "chunk_size": spec.chunk_size, "codec": "p2prl-v1"},
+        prompt=section_of(spec, PromptSpec),
+        task=section_of(spec, TaskSpec),
+        generation=section_of(spec, GenerationSpec, stop_token_ids=tuple(stop_token_ids)),
+        patch=section_of(spec, PatchSpec),
         validators=[_validator_key(v) for v in spec.validators],
         bootstrap=list(spec.bootstrap),
         s3=s3,
         max_staleness=spec.max_staleness,
+        assets=assets,
     )
 
 
-def init_network(spec: NetworkSpec, *, key_path: Path, model_cache: Path, out: Path) -> SignedGenesis:
-    """Create the trainer key if needed, describe the base model, sign and write the genesis file."""
+def describe_model(spec: Any, model_cache: Path) -> tuple[ModelSpec, tuple[int, ...], tuple[AssetSpec, ...]]:
+    """The genesis model section, stop ids and assets for ``spec`` (its ``--model`` directory, else the
+    built-in model), after checking the task exists and the prompt format works with the tokenizer.
+    A directory's non-weight files become the ``model_files`` asset a joining node fetches."""
+    from p2prl.node.assets import MODEL_FILES_ASSET, asset_for
+    from p2prl.rl.model import build_default_model
+    from p2prl.rl.modeldir import describe, pack_files, stop_ids_of
+    from p2prl.rl.tasks import get_task
+    from p2prl.rl.tokenizer import load_tokenizer
+
+    get_task(spec.task, **spec.task_params)  # fail early on an unknown task or bad params
+    prompt = section_of(spec, PromptSpec)
+    assets: tuple[AssetSpec, ...] = ()
+    if spec.model is not None:
+        model, stops, _ = describe(spec.model)
+        path = Path(spec.model)
+        assets = (asset_for(MODEL_FILES_ASSET, pack_files(path), spec.chunk_size),)
+    else:
+        model, path = base_model_info(model_cache), build_default_model(Path(model_cache))
+        stops = stop_ids_of(path, load_tokenizer(path).tok)
+    load_tokenizer(path, prompt.format, prompt.system).encode_prompt("1+1=")  # chat needs a template
+    return model, stops, assets
+
+
+def init_network(spec: Any, *, key_path: Path, model_cache: Path, out: Path) -> SignedGenesis:
+    """Check everything first (task, model directory, prompt format), then create the trainer key if
+    needed, sign and write the genesis file: a failed check writes nothing."""
     from p2prl.rl.tasks import pin_task_params
 
-    # fail early on an unknown task or bad params; a data-backed task's file hash is pinned here
-    spec = replace(spec, task_params=pin_task_params(spec.task, spec.task_params))
+    # a data-backed task's file hash is pinned here (an unknown task or bad params fail first)
+    spec = dataclasses.replace(spec, task_params=pin_task_params(spec.task, spec.task_params))
+    model, stops, assets = describe_model(spec, model_cache)
     trainer = load_or_create_identity(key_path)
-    sg = genesis_from_spec(spec, trainer, base_model_info(model_cache))
+    sg = genesis_from_spec(spec, trainer, model, stop_token_ids=stops, assets=assets)
     write_genesis(sg, out)
     return sg

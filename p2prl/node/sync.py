@@ -93,7 +93,7 @@ class WeightSync:
             base = self._base()
             target = self.book.newest()
             self._set_state()
-            if target is None or target.version <= base.version:
+            if target is None or not _behind(base, target.version):
                 self.book.changed.wait(1.0)
                 self.book.changed.clear()
                 continue
@@ -158,9 +158,9 @@ class WeightSync:
             return
         have = set(self.book.versions())
         newest = max(ready, default=-1)
-        if newest <= self._base().version:
+        if not _behind(self._base(), newest):
             return
-        anchor_interval = int(self.ctx.g.patch.get("anchor_interval", 10))
+        anchor_interval = self.ctx.g.patch.anchor_interval
         wanted = [v for v in ready if v > newest - 2 * anchor_interval - 1 and v not in have]
         for v in sorted(wanted)[-4 * anchor_interval :]:
             try:
@@ -176,7 +176,7 @@ class WeightSync:
 
         manifests = self.book.all()
         t0 = time.monotonic()
-        have_v, have_h = (None, None) if self._slow else (base.version, base.hash)
+        have_v, have_h = (None, None) if self._slow or not base.hash else (base.version, base.hash)
         plan = plan_sync(have_v, have_h, manifests, target.version)
         if not plan:
             raise SyncError(f"no path to v{target.version} from v{base.version} with the manifests held")
@@ -231,10 +231,16 @@ class WeightSync:
 
     def _retain(self, version: int) -> None:
         """Forget manifests (and unpin blobs) well behind ``version``; keeps what peers may still ask for."""
-        interval = int(self.ctx.g.patch.get("anchor_interval", 10))
+        interval = self.ctx.g.patch.anchor_interval
         floor = version - max(2 * interval, 16)
         if floor > 0:
             self.ctx.store.unpin(self.book.prune_below(floor))
+
+
+def _behind(base: Weights, version: int) -> bool:
+    """Whether ``version`` is ahead of ``base``; an unverified base (hash "", e.g. a model whose
+    weights come from the network) is behind its own version too, so it syncs from an anchor."""
+    return version > base.version or (version == base.version and not base.hash)
 
 
 def _reason(e: BaseException) -> str:

@@ -26,10 +26,10 @@ from typing import Any
 
 import torch
 
-from p2prl.node.common import generation_params, genesis_base_hash, task_of
-from p2prl.node.context import NodeContext, NodeStartError
+from p2prl.node.common import base_model, generation_params, publish_model_files, task_of
+from p2prl.node.context import NodeContext
 from p2prl.node.intake import Intake
-from p2prl.node.weights import load_base_model, sha256_of_state
+from p2prl.node.weights import sha256_of_state
 from p2prl.patch.hashing import weights_hash
 from p2prl.proof.validate import HARD_FAILURES
 from p2prl.protocol.messages import RolloutAnnouncement, Verdict
@@ -97,12 +97,8 @@ class Trainer:
         cfg = ctx.config
         self.dir = ctx.data_dir / "trainer"
         self.dir.mkdir(parents=True, exist_ok=True)
-        model, self.tok, base = load_base_model(cfg.model_cache_dir)
-        base_hash = weights_hash(base)
-        if base_hash != genesis_base_hash(ctx):
-            raise NodeStartError(
-                f"the base model here hashes to {base_hash[:16]}…, genesis says {genesis_base_hash(ctx)[:16]}…"
-            )
+        model, self.tok, base, _ = base_model(ctx, strict=True)
+        publish_model_files(ctx)
         task_of(ctx)  # rewards come from miners, but a trainer on a task it cannot build stops here
         gkw: dict[str, Any] = {"temperature": generation_params(ctx).temperature}
         if cfg.lr > 0:
@@ -115,8 +111,8 @@ class Trainer:
             self.dir / "chain",
             ctx.identity,
             ctx.network_id,
-            anchor_interval=int(patch.get("anchor_interval", 10)),
-            chunk_size=int(patch.get("chunk_size", 1 << 20)),
+            anchor_interval=patch.anchor_interval,
+            chunk_size=patch.chunk_size,
             keep_versions=cfg.keep_versions,
             store=ctx.store,
         )
@@ -124,7 +120,7 @@ class Trainer:
         self.version = self.chain.version if self.chain.version is not None else 0
         self._resume_master()
         self.buffer = ReplayBuffer(max_staleness=int(ctx.g.max_staleness), half_life=1.0)
-        self.batch_groups = cfg.train_batch_groups or int(ctx.g.generation.get("groups_per_batch", 8))
+        self.batch_groups = cfg.train_batch_groups or ctx.g.generation.groups_per_batch
         self.intake = Intake(len(ctx.genesis.validator_keys), HARD_FAILURES)
         self.intake_lock = threading.Lock()
         self.fetch_q: queue.Queue[tuple[RolloutAnnouncement, str, set[int], str]] = queue.Queue(FETCH_QUEUE)
@@ -371,7 +367,7 @@ class Trainer:
             close()
 
     def holds(self) -> list[str]:
-        return [m.blob.id for m in self.chain.index.all()][-64:]
+        return [*(a.id for a in self.ctx.g.assets), *[m.blob.id for m in self.chain.index.all()][-64:]]
 
     def start(self) -> None:
         self.ctx.spawn_pump(

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,13 +56,83 @@ def sha256_of_state(state: State) -> str:
     return h.hexdigest()
 
 
-def load_base_model(cache_dir: Path) -> tuple[Any, Any, State]:
-    """The default base model (built once into ``cache_dir``), its tokenizer and its bf16 state."""
-    from p2prl.rl.model import build_default_model, load_model, unique_state
+def pick_device(name: str) -> str:
+    """``auto``: CUDA when torch sees one, else CPU; ``cpu``, ``cuda`` and ``cuda:N`` as given."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name != "cpu" and not (name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit())):
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, not {name!r}")
+    if name != "cpu" and not torch.cuda.is_available():
+        raise ValueError(f"device {name} asked for, but torch sees no CUDA device")
+    return name
 
-    path = build_default_model(Path(cache_dir))
-    model, tok = load_model(path, torch.bfloat16)
-    return model, tok, clone_state(unique_state(model))
+
+def model_dir_for(
+    spec: Any, model_dir: Path | None, cache_dir: Path, fetch: Callable[[Path], Path] | None = None
+) -> Path:
+    """Where the genesis model's files are: the built-in model (built once), the operator's
+    ``--model`` copy, or the files fetched into the cache (now, by ``fetch(target)``, if missing).
+    Raises FileNotFoundError when there are none and nothing to fetch them with."""
+    from p2prl.rl.model import build_default_model
+
+    if spec.source == "builtin":
+        return build_default_model(Path(cache_dir))
+    if model_dir is not None:
+        return Path(model_dir)
+    cached = fetched_model_dir(spec, cache_dir)
+    if (cached / "config.json").is_file():
+        return cached
+    if fetch is not None:
+        return fetch(cached)
+    raise FileNotFoundError(f"the genesis model {spec.name!r} is not on this machine: pass --model DIR")
+
+
+def fetched_model_dir(spec: Any, cache_dir: Path) -> Path:
+    """The cache directory a model fetched from the network lives in (named by its files hash)."""
+    return Path(cache_dir) / f"{spec.name}-{spec.files_sha256[:16]}"
+
+
+def verify_model_files(directory: Path, spec: Any, weights: bool = True) -> None:
+    """The directory's config and tokenizer must hash to the genesis' (a one-line error names which)."""
+    from p2prl.rl.modeldir import ModelDirError, check_files, config_sha256, tokenizer_sha256
+
+    check_files(directory, weights)
+    for part, got, want in (
+        ("config.json", config_sha256(directory), spec.config_sha256),
+        ("tokenizer files", tokenizer_sha256(directory), spec.tokenizer_sha256),
+    ):
+        if got != want:
+            raise ModelDirError(f"{directory}: {part} differ from the genesis ({got[:12]}… != {want[:12]}…)")
+
+
+def load_base_model(
+    g: Any,
+    cache_dir: Path,
+    model_dir: Path | None = None,
+    device: str = "cpu",
+    strict: bool = True,
+    fetch: Callable[[Path], Path] | None = None,
+) -> tuple[Any, Any, State, str]:
+    """The genesis base model on ``device``, its prompt-formatting tokenizer, its bf16 CPU state and
+    that state's weights hash. Config and tokenizer must match the genesis; so must the weights when
+    ``strict`` (a miner may instead start unverified and sync from an anchor, as one does whose
+    files came from the network without weights: version 0's anchor carries those)."""
+    from p2prl.rl.model import unique_state
+    from p2prl.rl.modeldir import ModelDirError, has_weights, load_weights_model, model_from_config
+    from p2prl.rl.tokenizer import load_tokenizer
+
+    path = model_dir_for(g.model, model_dir, cache_dir, fetch)
+    weighted = has_weights(path) or strict
+    verify_model_files(path, g.model, weighted)
+    model = load_weights_model(path, torch.bfloat16) if weighted else model_from_config(path)
+    state = clone_state(unique_state(model))
+    h = weights_hash(state)
+    if strict and h != g.model.weights_hash:
+        raise ModelDirError(
+            f"{path}: weights differ from the genesis ({h[:12]}… != {g.model.weights_hash[:12]}…)"
+        )
+    tok = load_tokenizer(path, g.prompt.format, g.prompt.system, g.generation.stop_token_ids)
+    return model.to(device), tok, state, h
 
 
 def save_weights(w: Weights, directory: Path, keep: int = 2) -> Path:

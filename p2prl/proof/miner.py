@@ -45,7 +45,7 @@ def mine_batch(
 
     tok = engine.tokenizer
     problems = [task.problem(derive_seed(manifest_hash, miner_key, i)) for i in indices]
-    prompts = [tok.encode(p.prompt) for p in problems]
+    prompts = [tok.encode_prompt(p.prompt) for p in problems]
     samples = engine.generate(prompts, group_size, params)
     groups = []
     for i, prob, prompt, group in zip(indices, problems, prompts, samples, strict=True):

@@ -281,12 +281,12 @@ class RolloutValidator:
                 continue
             problem = self.task.problem(derive_seed(batch.manifest_hash, batch.miner, g.index))
             problems[gi] = problem
-            if self.tokenizer.encode(problem.prompt) != g.prompt_ids.tolist():
+            if self.tokenizer.encode_prompt(problem.prompt) != g.prompt_ids.tolist():
                 reasons[gi] = PROMPT_MISMATCH
                 continue
             for r in g.rollouts:
                 ids = r.completion_ids.tolist()
-                if len(ids) > cfg.max_new_tokens or self.tokenizer.eos_id in ids[:-1]:
+                if len(ids) > cfg.max_new_tokens or set(ids[:-1]) & set(self.tokenizer.stop_ids):
                     reasons[gi] = LENGTH
                     break
                 if self.task.reward(problem, self.tokenizer.decode(ids)) != r.reward:

@@ -21,7 +21,19 @@ from p2prl.protocol.fields import (
     hex_field,
     int_field,
     list_field,
+    req,
     str_field,
+)
+from p2prl.protocol.sections import (
+    AssetSpec,
+    GenerationSpec,
+    ModelSpec,
+    PatchSpec,
+    PromptSpec,
+    S3Spec,
+    TaskSpec,
+    parse_section,
+    section_body,
 )
 
 MAX_ENVELOPE_BYTES = 512 * 1024
@@ -43,28 +55,41 @@ class Genesis:
 
     network_id: str
     trainer: str  # hex public key
-    model: dict[str, Any]  # name, source, config, weights_hash (blake3 hex), tokenizer
-    task: dict[str, Any]  # name, params
-    generation: dict[str, Any]  # max_new_tokens, temperature_milli, top_p_milli, group_size, groups_per_batch
-    patch: dict[str, Any]  # anchor_interval, chunk_size, codec, zstd_level
+    model: ModelSpec
+    prompt: PromptSpec
+    task: TaskSpec
+    generation: GenerationSpec
+    patch: PatchSpec
     validators: tuple[str, ...]
     bootstrap: tuple[str, ...]
-    s3: dict[str, Any] | None
+    s3: S3Spec | None
     max_staleness: int
+    assets: tuple[AssetSpec, ...] = ()  # blobs named by model.files_sha256 / task.data_sha256
     created_ms: int = field(default_factory=now_ms)
+
+    MAX_ASSETS: ClassVar[int] = 16
+
+    def asset(self, blob_id: str) -> AssetSpec:
+        """The asset carried by blob ``blob_id`` (a KeyError when the genesis names none)."""
+        for a in self.assets:
+            if a.id == blob_id:
+                return a
+        raise KeyError(blob_id)
 
     def to_body(self) -> dict[str, Any]:
         return {
             "network_id": self.network_id,
             "trainer": self.trainer,
-            "model": self.model,
-            "task": self.task,
-            "generation": self.generation,
-            "patch": self.patch,
+            "model": section_body(self.model),
+            "prompt": section_body(self.prompt),
+            "task": section_body(self.task),
+            "generation": section_body(self.generation),
+            "patch": section_body(self.patch),
             "validators": list(self.validators),
             "bootstrap": list(self.bootstrap),
-            "s3": self.s3,
+            "s3": section_body(self.s3) if self.s3 is not None else None,
             "max_staleness": self.max_staleness,
+            "assets": [section_body(a) for a in self.assets],
             "created_ms": self.created_ms,
         }
 
@@ -77,20 +102,20 @@ class Genesis:
         bootstrap = list_field(b, "bootstrap", 64)
         if not all(isinstance(a, str) and len(a) < 512 for a in bootstrap):
             raise MessageError("bootstrap must be multiaddr strings")
-        s3 = b.get("s3")
-        if s3 is not None and not isinstance(s3, dict):
-            raise MessageError("s3 must be an object or null")
+        s3 = req(b, "s3")
         return cls(
             network_id=str_field(b, "network_id", 64),
             trainer=hex_field(b, "trainer", 32),
-            model=dict_field(b, "model"),
-            task=dict_field(b, "task"),
-            generation=dict_field(b, "generation"),
-            patch=dict_field(b, "patch"),
+            model=parse_section(ModelSpec, req(b, "model"), "model"),
+            prompt=parse_section(PromptSpec, req(b, "prompt"), "prompt"),
+            task=parse_section(TaskSpec, req(b, "task"), "task"),
+            generation=parse_section(GenerationSpec, req(b, "generation"), "generation"),
+            patch=parse_section(PatchSpec, req(b, "patch"), "patch"),
             validators=tuple(validators),
             bootstrap=tuple(bootstrap),
-            s3=s3,
+            s3=parse_section(S3Spec, s3, "s3") if s3 is not None else None,
             max_staleness=int_field(b, "max_staleness", 0, 1_000_000),
+            assets=tuple(parse_section(AssetSpec, a, "asset") for a in list_field(b, "assets", cls.MAX_ASSETS)),
             created_ms=int_field(b, "created_ms"),
         )
 

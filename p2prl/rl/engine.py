@@ -36,7 +36,7 @@ class GenerationParams:
 
 @dataclass
 class Sample:
-    """One completion: tokens (eos included when sampled), their behaviour logprobs, and the
+    """One completion: tokens (the stop token included when sampled), their behaviour logprobs, and the
     float32 last-layer hidden states ``[len(completion_ids), d]`` whose logits produced each token."""
 
     prompt_ids: list[int]
@@ -141,7 +141,8 @@ class HFEngine:
     ) -> list[Sample]:
         dev = self.device
         bsz, width = len(rows), max(len(r) for r in rows)
-        pad, eos = self.tokenizer.pad_id, self.tokenizer.eos_id
+        pad = self.tokenizer.pad_id
+        stops = torch.tensor(sorted(self.tokenizer.stop_ids), dtype=torch.long, device=dev)
         ids = torch.full((bsz, width), pad, dtype=torch.long)
         mask = torch.zeros((bsz, width), dtype=torch.long)
         for i, r in enumerate(rows):
@@ -171,7 +172,7 @@ class HFEngine:
             lps.append(logp.gather(1, tok[:, None]).squeeze(1))
             if self.return_hidden:
                 hiddens.append(h.float())
-            newly = (~done) & (tok == eos)
+            newly = (~done) & torch.isin(tok, stops)
             lengths[newly.cpu()] = t + 1
             done |= newly
             if bool(done.all()) or t + 1 == params.max_new_tokens:

@@ -22,7 +22,7 @@ def greedy_success(
     problems = [task.problem(s) for s in eval_seeds(n, salt)]
     engine = HFEngine(model, tokenizer, return_hidden=False)
     out = engine.generate(
-        [tokenizer.encode(p.prompt) for p in problems], 1, GenerationParams(max_new_tokens, temperature=0.0)
+        [tokenizer.encode_prompt(p.prompt) for p in problems], 1, GenerationParams(max_new_tokens, temperature=0.0)
     )
     ok = sum(
         task.reward(p, tokenizer.decode(g[0].completion_ids)) for p, g in zip(problems, out, strict=True)

@@ -166,8 +166,8 @@ class GRPOTrainer:
         """Sum the statistics over data-parallel ranks (nothing to do in one process)."""
 
     def published_state(self) -> dict[str, Tensor]:
-        """A bf16 copy of the weights (tied aliases once), for the patch codec and the engines."""
-        return {k: v.detach().to(torch.bfloat16).clone() for k, v in unique_state(self.model).items()}
+        """A bf16 CPU copy of the weights (tied aliases once), for the patch codec and the engines."""
+        return {k: v.detach().to("cpu", torch.bfloat16, copy=True) for k, v in unique_state(self.model).items()}
 
     def load_published(self, state: Mapping[str, Tensor]) -> None:
         """Set the fp32 master weights from a (bf16) published state, e.g. to resume from an anchor."""

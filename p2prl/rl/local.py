@@ -49,7 +49,12 @@ class LocalConfig:
     eval_every: int = 0
     eval_problems: int = 256
     cache_dir: Path = field(default_factory=default_cache_dir)
-    model_dir: Path | None = None
+    model_dir: Path | None = None  # a local HF directory (default: the built-in model)
+    task: str = "addition"
+    task_params: dict[str, Any] = field(default_factory=lambda: {"digits": DIGITS})
+    prompt_format: str = "raw"
+    system_prompt: str = ""
+    device: str = "cpu"  # auto, cpu, cuda or cuda:N
     threads: int = 0  # torch intra-op threads for the run; 0: p2prl.rl.cpu.default_threads() (1)
     resume: Path | None = None  # a checkpoint to start from (masters, optimizer, version)
     save: Path | None = None  # where to checkpoint at the end (a directory under torchrun)
@@ -93,10 +98,17 @@ def train_local(
 
 def _train_local(cfg: LocalConfig, on_step: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
+    from p2prl.node.weights import pick_device
+    from p2prl.rl.modeldir import stop_ids_of
+    from p2prl.rl.tokenizer import load_tokenizer
+
     model_dir = cfg.model_dir or build_default_model(cfg.cache_dir)
-    task = get_task("addition", digits=DIGITS)
-    master, tok = load_model(model_dir, dtype=torch.float32)
-    policy, _ = load_model(model_dir, dtype=torch.bfloat16)
+    task = get_task(cfg.task, **cfg.task_params)
+    device = pick_device(cfg.device)
+    master, raw = load_model(model_dir, dtype=torch.float32)
+    tok = load_tokenizer(model_dir, cfg.prompt_format, cfg.system_prompt, stop_ids_of(model_dir, raw.tok))
+    master = master.to(device)
+    policy = load_model(model_dir, dtype=torch.bfloat16)[0].to(device)
     trainer = make_learner(master, GRPOConfig(lr=cfg.lr, temperature=cfg.temperature), tok.pad_id)
     try:
         resumed: dict[str, Any] = {}
@@ -138,7 +150,7 @@ def _loop(
         version = trainer.version
         vh = version_hash(cfg.seed, version)
         problems = [task.problem(derive_seed(vh, miner_key, i)) for i in range(cfg.prompts_per_step)]
-        prompts = [tok.encode(p.prompt) for p in problems]
+        prompts = [tok.encode_prompt(p.prompt) for p in problems]
         params = GenerationParams(
             cfg.max_new_tokens, cfg.temperature, cfg.top_p, seed=cfg.seed * 1_000_003 + step
         )

@@ -3,8 +3,9 @@
 No pretrained weights can be fetched, so ``build_default_model`` creates one from a fixed seed and
 warm-starts it on the default task with a short supervised run (fixed data, fixed step count) until
 it answers some problems but far from all — the regime where RL has something to learn. The result
-is a plain HF model directory (config.json, model.safetensors in bf16, tokenizer file) plus
-``p2prl_model.json`` recording its weights hash, so every node can check it holds the same base model.
+is an ordinary HF model directory (config.json, model.safetensors in bf16, the char vocabulary as a
+``tokenizers`` tokenizer.json) loaded like any other, plus ``p2prl_model.json`` recording its weights
+hash and warm-start result.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from torch import Tensor
 
 from p2prl.rl.cpu import torch_threads
 from p2prl.rl.tasks import AdditionTask
-from p2prl.rl.tokenizer import CharTokenizer, Tokenizer, load_tokenizer
+from p2prl.rl.tokenizer import CharTokenizer, TextTokenizer, load_tokenizer
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL_NAME = "p2prl-tiny-addition-v2"  # bump whenever ARCH or WARM_START changes
+DEFAULT_MODEL_NAME = "p2prl-tiny-addition-v3"  # bump whenever ARCH, WARM_START or the files change
 META_FILE = "p2prl_model.json"
 DIGITS = 2
 # Small on purpose: the network demo runs many processes on two shared cores.
@@ -70,16 +71,16 @@ def default_config(vocab_size: int) -> Any:
     return Qwen2Config(
         vocab_size=vocab_size,
         tie_word_embeddings=True,
-        pad_token_id=CharTokenizer.pad_id,
-        eos_token_id=CharTokenizer.eos_id,
+        pad_token_id=0,  # the char vocabulary's <pad> and <eos>
+        eos_token_id=1,
         bos_token_id=None,
         **ARCH,
     )
 
 
-def _warm_start(model: Any, tok: CharTokenizer, task: AdditionTask) -> None:
-    """Supervised steps on ``a+b=`` → sum + eos with loss on the answer only (fixed data order)."""
-    cfg = WARM_START
+def warm_start(model: Any, tok: TextTokenizer, task: Any, cfg: Mapping[str, Any], end_id: int) -> None:
+    """Supervised steps on the task's prompts (in ``tok``'s prompt format) → answer + ``end_id``, with
+    loss on the answer only (fixed data order from ``cfg["seed"]``)."""
     gen = torch.Generator().manual_seed(cfg["seed"])
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.0)
     model.train()
@@ -88,8 +89,8 @@ def _warm_start(model: Any, tok: CharTokenizer, task: AdditionTask) -> None:
         seqs, starts = [], []
         for row in draws:
             prob = task.problem(row.numpy().tobytes())
-            p = tok.encode(prob.prompt)
-            seqs.append([*p, *tok.encode(prob.answer), tok.eos_id])
+            p = tok.encode_prompt(prob.prompt)
+            seqs.append([*p, *tok.encode(prob.answer), end_id])
             starts.append(len(p))
         width = max(len(s) for s in seqs)
         ids = torch.full((len(seqs), width), tok.pad_id, dtype=torch.long)
@@ -125,7 +126,7 @@ def build_default_model(cache_dir: Path) -> Path:
     with torch_threads(1):
         torch.manual_seed(WARM_START["seed"])
         model = Qwen2ForCausalLM(default_config(tok.vocab_size))
-        _warm_start(model, tok, task)
+        warm_start(model, tok, task, WARM_START, tok.eos_id)
         model = model.to(torch.bfloat16)
         success = greedy_success(model, tok, task, n=256, max_new_tokens=DIGITS + 2)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent))
@@ -160,8 +161,8 @@ def model_meta(path: Path) -> dict[str, Any]:
     return json.loads(f.read_text()) if f.exists() else {}
 
 
-def load_model(path: Path, dtype: torch.dtype = torch.bfloat16) -> tuple[Any, Tokenizer]:
-    """Load a local HF model directory (never downloads) with its tokenizer, in eval mode."""
+def load_model(path: Path, dtype: torch.dtype = torch.bfloat16) -> tuple[Any, TextTokenizer]:
+    """Load a local HF model directory (never downloads) with its tokenizer (raw prompts), in eval mode."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 

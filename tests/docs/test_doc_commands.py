@@ -244,9 +244,12 @@ def _stand_in_base_model(cache: Path) -> None:
     Building the real base model is tested with the RL core; here the commands and their order matter.
     """
     from p2prl.rl.model import DEFAULT_MODEL_NAME, META_FILE
+    from p2prl.rl.tokenizer import CharTokenizer
 
     d = cache / DEFAULT_MODEL_NAME
     d.mkdir(parents=True)
+    CharTokenizer().save(d)
+    (d / "config.json").write_text("{}")
     (d / META_FILE).write_text(
         json.dumps({"name": DEFAULT_MODEL_NAME, "parameters": 1, "weights_hash": "ab" * 32})
     )

@@ -13,7 +13,7 @@ from p2prl.crypto.keys import Identity, load_or_create_identity
 from p2prl.net.identity import peer_id_for
 from p2prl.node.config import NodeConfig
 from p2prl.node.genesis import write_genesis
-from p2prl.node.netinit import NetworkSpec, base_model_info, genesis_from_spec
+from p2prl.node.netinit import NetworkSpec, base_model_info, describe_model, genesis_from_spec
 from p2prl.node.supervisor import free_port
 
 
@@ -69,7 +69,9 @@ def make_net(tmp_path: Path, model_cache: Path) -> Callable[..., Net]:
             "chunk_size": 64 * 1024,
             **spec_kw,
         }
-        sg = genesis_from_spec(NetworkSpec(**kw), ids["trainer"], base_model_info(model_cache))  # type: ignore[arg-type]
+        spec = NetworkSpec(**kw)
+        model, stops, assets = describe_model(spec, model_cache)
+        sg = genesis_from_spec(spec, ids["trainer"], model, stop_token_ids=stops, assets=assets)
         g = write_genesis(sg, tmp_path / "genesis.json")
         return Net(tmp_path, g, ids, port, model_cache)
 

@@ -17,8 +17,20 @@ from p2prl.node.genesis import (
     write_genesis,
 )
 from p2prl.node.netinit import NetworkSpec, genesis_from_spec
+from p2prl.protocol.sections import GenerationSpec, ModelSpec, PatchSpec, S3Spec, TaskSpec
 
-MODEL = {"name": "m", "source": "builtin", "weights_hash": "ab" * 32}
+MODEL = ModelSpec(
+    name="m",
+    source="builtin",
+    architecture="Qwen2ForCausalLM",
+    dtype="bfloat16",
+    parameters=1,
+    weights_hash="ab" * 32,
+    config_sha256="cd" * 32,
+    tokenizer_sha256="ef" * 32,
+    files_sha256="",
+    files_size=0,
+)
 
 
 def genesis(trainer: Identity, **kw: object) -> SignedGenesis:
@@ -33,8 +45,8 @@ def test_roundtrip_file(tmp_path: Path) -> None:
     back = read_genesis(tmp_path / "g.json", expected_trainer=t.public_hex)
     assert back.genesis == sg.genesis
     assert back.trainer_key == t.public_key
-    assert back.genesis.s3 == {"endpoint": "http://x", "bucket": "b", "prefix": ""}
-    assert back.genesis.generation["temperature_milli"] == 1000
+    assert back.genesis.s3 == S3Spec(endpoint="http://x", bucket="b")
+    assert back.genesis.generation.temperature_milli == 1000
 
 
 def test_tampered_copy_and_envelope(tmp_path: Path) -> None:
@@ -88,9 +100,9 @@ def test_trainer_cannot_be_validator() -> None:
             t,
             network_id="n",
             model=MODEL,
-            task={},
-            generation={},
-            patch={},
+            task=TaskSpec(),
+            generation=GenerationSpec(),
+            patch=PatchSpec(),
             validators=[t.public_hex],
             bootstrap=[],
             s3=None,

@@ -9,17 +9,15 @@ from p2prl.crypto.keys import Identity
 from p2prl.net.identity import peer_id_for
 from p2prl.node.config import NodeConfig
 from p2prl.node.context import net_config
-from p2prl.node.netinit import NetworkSpec, genesis_from_spec
-
-MODEL = {"name": "m", "source": "builtin", "weights_hash": "ab" * 32}
+from p2prl.node.netinit import NetworkSpec, base_model_info, genesis_from_spec
 
 
-def test_net_config_per_role(tmp_path: Path) -> None:
+def test_net_config_per_role(tmp_path: Path, model_cache: Path) -> None:
     trainer = Identity.generate()
     me = Identity.generate()
     boot = "/ip4/127.0.0.1/tcp/4001/p2p/"
     spec = NetworkSpec(network_id="net-a", validators=[me.public_hex], bootstrap=[boot + peer_id_for(me)])
-    sg = genesis_from_spec(spec, trainer, MODEL)
+    sg = genesis_from_spec(spec, trainer, base_model_info(model_cache))
 
     def cfg(role: str, **kw: object) -> NodeConfig:
         return NodeConfig(role=role, network=tmp_path / "g.json", s3_enable=False, **kw)  # type: ignore[arg-type]

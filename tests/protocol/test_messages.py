@@ -18,6 +18,7 @@ from p2prl.protocol import (
     encode_message,
 )
 from p2prl.protocol.blobs import MIN_CHUNK_SIZE
+from p2prl.protocol.sections import GenerationSpec, ModelSpec, PatchSpec, PromptSpec, TaskSpec
 
 TRAINER = Identity(b"\x03" * 32)
 H = "ab" * 32
@@ -32,10 +33,11 @@ def samples():
         Genesis(
             network_id="n1",
             trainer=TRAINER.public_hex,
-            model={"name": "tiny", "weights_hash": H},
-            task={"name": "add"},
-            generation={"max_new_tokens": 8},
-            patch={"anchor_interval": 10},
+            model=ModelSpec("tiny", "hf", "Qwen2ForCausalLM", "bfloat16", 5, H, H, H, H, 100),
+            prompt=PromptSpec("chat", "Be brief."),
+            task=TaskSpec("addition", {"digits": 2}),
+            generation=GenerationSpec(stop_token_ids=(1, 2)),
+            patch=PatchSpec(),
             validators=(TRAINER.public_hex,),
             bootstrap=("/ip4/127.0.0.1/tcp/4001",),
             s3=None,

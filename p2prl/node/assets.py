@@ -1,0 +1,94 @@
+"""Genesis assets: files a node needs besides the weights, carried as content-addressed blobs.
+
+The trainer puts each asset it holds into its blob store (pinned, so peers can fetch it) and into the
+S3 mirror; a node missing one fetches it from peers (S3 as fallback) with a progress bar, every chunk
+checked against the genesis' chunk hashes and the whole against its id, so nothing unverified is
+ever written where a model is loaded from. A fetched asset stays in the store and is re-served.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from p2prl.protocol.blobs import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, blob_ref_for
+from p2prl.protocol.sections import AssetSpec
+
+log = logging.getLogger(__name__)
+MODEL_FILES_ASSET = "model_files"
+
+
+class AssetError(Exception):
+    """An asset that cannot be had, or whose bytes are not the ones the genesis names."""
+
+
+def asset_for(name: str, data: bytes, chunk_size: int) -> AssetSpec:
+    """The genesis entry for ``data`` (chunk size clamped to what blob refs allow)."""
+    ref = blob_ref_for(data, chunk_size=min(MAX_CHUNK_SIZE, max(MIN_CHUNK_SIZE, chunk_size)))
+    return AssetSpec(name=name, id=ref.id, size=ref.size, chunk_size=ref.chunk_size, chunks=ref.chunks)
+
+
+def publish_asset(ctx: Any, asset: AssetSpec, data: bytes) -> None:
+    """Hold ``data`` as ``asset``: stored and pinned (peers fetch it from here) and mirrored to S3."""
+    if hashlib.sha256(data).hexdigest() != asset.id:
+        raise AssetError(f"the local {asset.name} do not hash to the genesis asset {asset.id[:12]}…")
+    ctx.store.put(data, expected_id=asset.id)
+    ctx.store.pin([asset.id])
+    s3 = getattr(ctx.net, "s3", None)
+    if s3 is not None:
+        try:
+            if not s3.has_blob(asset.id):
+                s3.put_blob(asset.id, data)
+        except Exception as e:  # S3 is a fallback: peers still serve it
+            log.warning("S3 mirror of asset %s failed: %s", asset.name, e)
+
+
+def fetch_asset(ctx: Any, asset: AssetSpec) -> bytes:
+    """The asset's bytes, from the store or fetched (peers, then S3) and verified; kept and served."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+    with Progress(
+        f"fetching {asset.name}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        disable=not sys.stderr.isatty(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(asset.name, total=asset.size)
+        try:
+            path = ctx.net.fetch(
+                asset.ref, timeout=ctx.config.fetch_timeout_s, on_progress=lambda done, _total: bar.update(task, completed=done)
+            )
+        except Exception as e:
+            ctx.status.incr_label("asset_fetch_failed", asset.name)
+            raise AssetError(f"cannot fetch {asset.name} {asset.id[:12]}… from peers or S3: {e}") from e
+    data = Path(path).read_bytes()
+    if hashlib.sha256(data).hexdigest() != asset.id:  # the net layer checked it; the disk may not have
+        ctx.status.incr_label("asset_fetch_failed", asset.name)
+        raise AssetError(f"{asset.name} in the store does not hash to {asset.id[:12]}…")
+    ctx.store.pin([asset.id])
+    ctx.status.incr_label("assets_fetched", asset.name)
+    log.info("fetched %s (%d bytes, sha256 %s…)", asset.name, asset.size, asset.id[:12])
+    return data
+
+
+def install_model_files(data: bytes, target: Path) -> Path:
+    """Unpack a verified model-files blob into ``target`` (atomically: a crash leaves none or all)."""
+    from p2prl.rl.modeldir import unpack_files
+
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".fetch-", dir=target.parent))
+    try:
+        unpack_files(data, tmp)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
