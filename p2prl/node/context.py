@@ -26,6 +26,7 @@ from p2prl.node.genesis import SignedGenesis, pin_genesis, read_genesis
 from p2prl.node.status import NodeStatus
 from p2prl.protocol.blobs import BlobRef
 from p2prl.protocol.messages import Genesis, Heartbeat, PatchManifest, Scores, Verdict, encode_message
+from p2prl.protocol.sections import GenerationSpec
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,7 @@ class NodeContext:
                 log.warning("thread %s did not stop in time", t.name)
 
 
-def rollout_blob_bound(generation: dict[str, Any]) -> int:
+def rollout_blob_bound(generation: GenerationSpec) -> int:
     """The largest rollout batch blob an honest miner can make under genesis' generation settings.
 
     The layout of p2prl/proof/batch.py, at its most: a 77-byte header; per group 16 bytes and at
@@ -139,9 +140,9 @@ def rollout_blob_bound(generation: dict[str, Any]) -> int:
     from p2prl.proof.fingerprint import SKETCH_DIM
 
     lim = BatchLimits()
-    groups = min(int(generation.get("groups_per_batch", 8)), lim.max_groups)
-    per_group = min(int(generation.get("group_size", 8)), lim.max_rollouts_per_group)
-    tokens = min(int(generation.get("max_new_tokens", 8)), lim.max_completion_tokens)
+    groups = min(generation.groups_per_batch, lim.max_groups)
+    per_group = min(generation.group_size, lim.max_rollouts_per_group)
+    tokens = min(generation.max_new_tokens, lim.max_completion_tokens)
     rollout = 12 + tokens * (8 + SKETCH_DIM)
     raw = 77 + groups * (16 + 4 * lim.max_prompt_tokens + per_group * rollout)
     raw = min(raw, lim.max_decoded_bytes)
