@@ -25,6 +25,7 @@ from p2prl.protocol.messages import (
     Verdict,
     encode_message,
 )
+from p2prl.protocol.sections import GenerationSpec, ModelSpec, PatchSpec, PromptSpec, TaskSpec
 
 NETWORK = "example-net"
 CREATED_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -60,23 +61,22 @@ def examples() -> Iterator[Example]:
             Genesis(
                 network_id=NETWORK,
                 trainer=TRAINER.public_hex,
-                model={
-                    "name": "p2prl-tiny-addition-v2",
-                    "source": "builtin",
-                    "dtype": "bfloat16",
-                    "parameters": 138_000,
-                    "weights_hash": _h("weights v0"),
-                    "tokenizer": "char",
-                },
-                task={"name": "addition", "params": {"digits": 2}},
-                generation={
-                    "max_new_tokens": 8,
-                    "temperature_milli": 1000,
-                    "top_p_milli": 1000,
-                    "group_size": 8,
-                    "groups_per_batch": 8,
-                },
-                patch={"anchor_interval": 10, "chunk_size": 1 << 20, "codec": "p2prl-sparse-v1"},
+                model=ModelSpec(
+                    name="p2prl-tiny-addition-v2",
+                    source="builtin",
+                    architecture="Qwen2ForCausalLM",
+                    dtype="bfloat16",
+                    parameters=138_000,
+                    weights_hash=_h("weights v0"),
+                    config_sha256=_h("config.json"),
+                    tokenizer_sha256=_h("tokenizer files"),
+                    files_sha256="",
+                    files_size=0,
+                ),
+                prompt=PromptSpec(),
+                task=TaskSpec(name="addition", params={"digits": 2}),
+                generation=GenerationSpec(stop_token_ids=(1,)),
+                patch=PatchSpec(),
                 validators=(VALIDATOR.public_hex,),
                 bootstrap=("/ip4/192.0.2.1/tcp/4001/p2p/12D3KooWExample",),
                 s3=None,

@@ -7,7 +7,7 @@ envelope and parses its body into the right type, so code past it only ever sees
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from p2prl.crypto.canonical import canonical_bytes, canonical_loads
@@ -95,6 +95,9 @@ class Genesis:
 
     @classmethod
     def from_body(cls, b: dict[str, Any]) -> Genesis:
+        extra = set(b) - {f.name for f in fields(cls)}
+        if extra:  # a field this version does not know would be signed but silently ignored
+            raise MessageError(f"genesis has unknown keys {sorted(extra)}")
         validators = list_field(b, "validators", 64)
         for v in validators:
             if not isinstance(v, str) or len(v) != 64:

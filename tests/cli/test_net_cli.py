@@ -37,7 +37,7 @@ def test_blob_get_from_signed_manifest_and_json_ref(provider, tmp_path) -> None:
     ref = blob_ref_for(data, 64 * 1024)
     provider.store.put(data)
     trainer = Identity.generate()
-    m = PatchManifest(1, 1, "", "ab" * 32, "anchor", "p2prl-v1", ref, 1)
+    m = PatchManifest(1, 1, "", "ab" * 32, "anchor", "safetensors", ref, 1)
     (tmp_path / "m.env").write_bytes(encode_message(trainer, NET, m))
     (tmp_path / "ref.json").write_text(json.dumps(ref.to_body()))
     out = tmp_path / "out.bin"
