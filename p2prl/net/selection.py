@@ -18,6 +18,7 @@ IDLE_MAX_S = 0.4
 RECRUIT_S = 0.2  # a download looks for new providers this often
 COMPLETE_HOLDER_WAIT_S = 1.0  # complete holders are spared while partial holders made progress this recently
 MAX_CANDIDATES = 32  # rarest-first looks at a random sample of this many candidate chunks
+SUPERSEED_PARALLEL = 2  # chunks a superseeding node uploads at once
 
 
 def pick_chunk(
@@ -69,13 +70,18 @@ def may_upload_copy(
     key: tuple[str, int],
     now: float,
     cooldown_s: float,
+    in_flight: int = 0,
     max_keys: int = 65536,
 ) -> bool:
-    """Superseeding: the k-th upload of a chunk is allowed k-1 cooldowns after its first one.
+    """Superseeding: the k-th upload of a chunk is allowed k-1 cooldowns after its first one, and
+    at most ``SUPERSEED_PARALLEL`` chunks are on the wire at once (``in_flight`` now): each then goes
+    at the full uplink rate and is re-served by its downloader after a chunk's time, not a blob's.
 
     ``uploads`` maps (blob id, chunk index) to (copies uploaded so far, time of the first); an
     allowed upload is counted in it. Bounded: past ``max_keys`` entries it starts afresh.
     """
+    if in_flight >= SUPERSEED_PARALLEL:
+        return False
     count, first = uploads.get(key, (0, now))
     if count > (now - first) / cooldown_s:
         return False

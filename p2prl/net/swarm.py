@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 IDLE_STREAM_S = 30.0
 HAVE_REFRESH_S = 0.1  # how stale a partial provider's bitmap may get while chunks are in flight
 _HAVE = -1  # a HAVE request in a worker's pipeline
-SUPERSEED_PARALLEL = 2  # chunks a superseeding node uploads at once
 BUSY_COMPLETE_S = 0.05  # a complete holder said BUSY: ask it again (for any chunk) after this
 _STREAM_ERRORS: tuple[type[BaseException], ...] = (Exception,)  # libp2p raises many unrelated types
 
@@ -209,12 +208,12 @@ class ChunkServer:
         return (cp.OK, data) if data is not None else (cp.NOT_FOUND, b"")
 
     def _may_upload(self, blob_id: str, index: int) -> bool:
-        if self._seeding >= SUPERSEED_PARALLEL:
-            # a few chunks at a time, each at the full uplink rate: they are complete (and
-            # re-served by their downloaders) after a chunk's time, not after the whole blob's
-            return False
         return sel.may_upload_copy(
-            self._uploads, (blob_id, index), time.monotonic(), self.ctx.config.superseed_cooldown_s
+            self._uploads,
+            (blob_id, index),
+            time.monotonic(),
+            self.ctx.config.superseed_cooldown_s,
+            in_flight=self._seeding,
         )
 
 

@@ -40,6 +40,7 @@ class Node:
         self.providers: list[int] | None = None
         self.serving = 0
         self.uploads: dict[tuple[str, int], tuple[int, float]] = {}
+        self.seeding = 0  # superseed chunk uploads on the wire now
         self.pacer: UploadPacer | None = None
         self.superseed = False
         # download state (the fields of net/swarm.py's Download)
@@ -71,6 +72,7 @@ class Worker:
         self.queue: collections.deque[int] = collections.deque()  # GETs the provider has read
         self.serving = False
         self.flow: Flow | None = None
+        self.seeding = False  # the chunk on the wire is a superseed upload (counted in p.seeding)
         self.alive = True
 
 
@@ -258,7 +260,7 @@ class SwarmSim:
             i = w.queue.popleft()
             if p.complete:
                 ok = not p.superseed or sel.may_upload_copy(
-                    p.uploads, (BLOB, i), now, self.cfg.superseed_cooldown_s
+                    p.uploads, (BLOB, i), now, self.cfg.superseed_cooldown_s, in_flight=p.seeding
                 )
                 status = OK if ok else BUSY
             else:
@@ -286,10 +288,14 @@ class SwarmSim:
     def _send_chunk(self, w: Worker, gen: int, i: int) -> None:
         if gen != w.gen or not w.alive:
             return
+        w.seeding = w.p.complete and w.p.superseed
+        w.p.seeding += w.seeding
         w.flow = self.links.start(w.p.idx, w.d.idx, self.clen(i), self._sent, w, gen, i)
 
     def _sent(self, w: Worker, gen: int, i: int) -> None:
         w.flow = None
+        w.p.seeding -= w.seeding
+        w.seeding = False
         self.sim.after(self.lat, self._response, w, gen, i, OK)
         self._serve_next(w, gen)
 
@@ -335,6 +341,8 @@ class SwarmSim:
         if w.flow is not None:
             self.links.cancel(w.flow)
             w.flow = None
+        w.p.seeding -= w.seeding
+        w.seeding = False
         w.queue.clear()
         w.serving = False
         if w.open:
