@@ -117,21 +117,6 @@ def fisher_log_pvalues(log_tail_sums: np.ndarray, counts: np.ndarray) -> np.ndar
     return out
 
 
-def rollout_stats(
-    model: Any,
-    jobs: Sequence[Job],
-    manifest_hash: str,
-    sketch_dim: int,
-    temperature: float,
-    top_p: float,
-    forward_tokens: int,
-) -> list[dict[str, float]]:
-    """``iter_rollout_stats`` as a list."""
-    return list(
-        iter_rollout_stats(model, jobs, manifest_hash, sketch_dim, temperature, top_p, forward_tokens)
-    )
-
-
 def iter_rollout_stats(
     model: Any,
     jobs: Sequence[Job],
