@@ -58,3 +58,26 @@ def bench_proof(
         "grail's sketch on the same states, accepted: "
         + ", ".join(f"{c} {v['accepted']}/{v['n']}" for c, v in g.items())
     )
+
+
+def bench_honest(
+    rollouts: int = typer.Option(1700, "--rollouts", min=8, help="Honest rollouts per setting and model."),
+    models: str = typer.Option("tiny", "--models", help="Comma list of: tiny (default model), big (~24M)."),
+    batch_sizes: str = typer.Option("1,8,32", "--batch-sizes", help="Engine batch sizes."),
+    threads: str = typer.Option("1,2", "--threads", help="Miner thread counts."),
+    cache_dir: Path = typer.Option(
+        Path(os.environ.get("P2PRL_CACHE", Path.home() / ".cache" / "p2prl")), "--cache-dir"
+    ),
+) -> None:
+    """Honest acceptance (the false-reject rate) across engine batch sizes and thread counts."""
+    from p2prl.proof.bench import honest_acceptance
+
+    result = honest_acceptance(
+        cache_dir,
+        rollouts,
+        tuple(m.strip() for m in models.split(",") if m.strip()),
+        tuple(int(b) for b in batch_sizes.split(",")),
+        tuple(int(t) for t in threads.split(",")),
+        log=typer.echo,
+    )
+    typer.echo(json.dumps(result, sort_keys=True, default=float))

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
-from p2prl.node.common import generation_params, group_size, open_synced_role, task_of
+from p2prl.node.common import generation_params, group_size, groups_per_batch, open_synced_role, task_of
 from p2prl.node.context import NodeContext
 from p2prl.node.judgequeue import JudgeQueue, key_of
 from p2prl.node.sync import WeightSync
@@ -116,6 +116,7 @@ class Validator:
             top_p=gen.top_p,
             max_new_tokens=gen.max_new_tokens,
             group_size=group_size(ctx),
+            groups_per_batch=groups_per_batch(ctx),
             checked_per_group=ctx.config.checked_per_group,
         )
         if ctx.config.calibrate_tolerances:

@@ -464,3 +464,68 @@ def run(
             "lr": lr,
         },
     }
+
+
+def honest_acceptance(
+    cache_dir: Path,
+    n_rollouts: int,
+    models: tuple[str, ...],
+    batch_sizes: tuple[int, ...] = (1, 8, 32),
+    threads: tuple[int, ...] = (1, 2),
+    log: Any = print,
+) -> dict[str, Any]:
+    """``p2prl bench honest``: honest miners at every (engine batch size, thread count), each batch
+    judged with every rollout recomputed by a validator with calibrated tolerances, as a node runs
+    it. Returns per model and setting the rollouts, the accepted ones, the rejection reasons and the
+    largest honest errors next to the tolerances they must stay under (the margin behind zero false
+    rejects)."""
+    import torch
+
+    from p2prl.rl.engine import HFEngine
+
+    out: dict[str, Any] = {}
+    for setup in setups(cache_dir, models):
+        p = setup.params
+        mh = manifest_of(setup.model)
+        base = ValidatorConfig(
+            max_new_tokens=p.max_new_tokens,
+            temperature=p.temperature,
+            top_p=p.top_p,
+            group_size=GROUP_SIZE,
+            groups_per_batch=8,
+            checked_per_group=0,
+        )
+        cfg, drift = calibrate(setup.model, setup.tokenizer, setup.task, p, mh, base)
+        tol = {k: getattr(cfg, k) for k in TOLERANCES}
+        log(f"{setup.name}: calibrated {tol} from honest drift {drift}")
+        rows = []
+        for bs in batch_sizes:
+            for th in threads:
+                v = RolloutValidator.for_model(setup.model, setup.tokenizer, setup.task, 5, mh, config=cfg)
+                row = {"batch_size": bs, "threads": th, "n": 0, "accepted": 0, "reasons": {}}
+                worst = {"fingerprint_err_max": 0.0, "fingerprint_err_group_max": 0.0, "logprob_err_max": 0.0}
+                t0, b = time.perf_counter(), 0
+                while row["n"] < n_rollouts:
+                    idx = list(range(8 * b, 8 * b + 8))
+                    saved = torch.get_num_threads()
+                    torch.set_num_threads(th)  # the miner's threads; the validator keeps the default
+                    try:
+                        eng = HFEngine(setup.model, setup.tokenizer, max_batch=bs)
+                        pb = mine_batch(eng, setup.task, 5, mh, MINER_A, idx, GROUP_SIZE, replace(p, seed=b))
+                    finally:
+                        torch.set_num_threads(saved)
+                    verdict = v.check(pb.announcement, MINER_A, pb.blob, 5)
+                    row["n"] += pb.batch.n_rollouts
+                    row["accepted"] += verdict.accepted_rollouts
+                    for r, c in verdict.reasons().items():
+                        row["reasons"][r] = row["reasons"].get(r, 0) + c
+                    for k in worst:
+                        worst[k] = max(worst[k], verdict.stats.get(k, 0.0))
+                    b += 1
+                row.update(worst, seconds=time.perf_counter() - t0)
+                log(f"  {setup.name:5s} batch {bs:2d} threads {th}: {row['accepted']}/{row['n']} {row}")
+                rows.append(row)
+        out[setup.name] = {"tolerances": tol, "calibration_drift": drift, "settings": rows}
+    total = sum(r["n"] for m in out.values() for r in m["settings"])
+    accepted = sum(r["accepted"] for m in out.values() for r in m["settings"])
+    return {"rollouts": total, "accepted": accepted, "false_rejects": total - accepted, "models": out}

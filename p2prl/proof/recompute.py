@@ -10,7 +10,7 @@ vocabulary never makes the validator hold ``tokens x vocab`` doubles at once.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,7 +117,7 @@ def fisher_log_pvalues(log_tail_sums: np.ndarray, counts: np.ndarray) -> np.ndar
     return out
 
 
-def rollout_stats(
+def iter_rollout_stats(
     model: Any,
     jobs: Sequence[Job],
     manifest_hash: str,
@@ -125,17 +125,17 @@ def rollout_stats(
     temperature: float,
     top_p: float,
     forward_tokens: int,
-) -> list[dict[str, float]]:
+) -> Iterator[dict[str, float]]:
     """For every job, in order: fingerprint squared error and count (``fp_sq``, ``fp_n``) and its rms
     (``fp_rollout``), mean and max absolute logprob error, Fisher log p-value of its tokens
-    (``dist_logp``) with the log-tail sum and count it came from, and its sequence log-probability."""
-    out: list[dict[str, float]] = []
+    (``dist_logp``) with the log-tail sum and count it came from, and its sequence log-probability.
+    Lazy: each forward of ``forward_tokens`` padded tokens runs when its first result is wanted, so a
+    caller that has seen enough stops the model work."""
     lengths = [len(j.prompt_ids) + len(j.completion_ids) for j in jobs]
     for run in token_chunks(lengths, forward_tokens):
         part = [jobs[i] for i in run]
         hidden, logits = forward_flat(model, [(j.prompt_ids, j.completion_ids) for j in part])
-        out.extend(_chunk_stats(part, hidden, logits, manifest_hash, sketch_dim, temperature, top_p))
-    return out
+        yield from _chunk_stats(part, hidden, logits, manifest_hash, sketch_dim, temperature, top_p)
 
 
 def _chunk_stats(

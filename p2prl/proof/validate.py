@@ -16,7 +16,7 @@ import hashlib
 import math
 import os
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from p2prl.proof.batch import BatchError, BatchLimits, RolloutBatch, commitment_root, decode_batch
 from p2prl.proof.fingerprint import SKETCH_DIM
-from p2prl.proof.recompute import Job, fisher_log_pvalues, rollout_stats
+from p2prl.proof.recompute import Job, fisher_log_pvalues, iter_rollout_stats
 from p2prl.protocol.messages import RolloutAnnouncement, Verdict
 
 OK = "ok"
@@ -34,6 +34,7 @@ STALE = "stale"
 FUTURE_VERSION = "future_version"
 UNKNOWN_VERSION = "unknown_version"
 MANIFEST_MISMATCH = "manifest_mismatch"
+INDEX_GAP = "index_gap"  # the batch does not start at the miner's next prompt index for the version
 # the miner signed something wrong (hard)
 BATCH_MALFORMED = "batch_malformed"
 BATCH_OVERSIZED = "batch_oversized"
@@ -42,6 +43,7 @@ HEADER_MISMATCH = "header_mismatch"
 GROUP_COUNT = "group_count"
 COMMITMENT_MISMATCH = "commitment_mismatch"
 DUPLICATE_INDEX = "duplicate_index"
+INDEX_ORDER = "index_order"  # a batch's prompt indices are not consecutive
 GROUP_SIZE = "group_size"
 LENGTH = "length"
 PROMPT_MISMATCH = "prompt_mismatch"
@@ -63,6 +65,7 @@ HARD_FAILURES = frozenset(
         GROUP_COUNT,
         COMMITMENT_MISMATCH,
         DUPLICATE_INDEX,
+        INDEX_ORDER,
         GROUP_SIZE,
         LENGTH,
         PROMPT_MISMATCH,
@@ -86,6 +89,10 @@ class ValidatorConfig:
     top_p: float = 1.0
     max_new_tokens: int = 64
     group_size: int | None = None  # rollouts per group; None accepts 1..limits.max_rollouts_per_group
+    groups_per_batch: int | None = None  # groups per batch (genesis); None accepts 1..limits.max_groups
+    # a miner's batches for a version must use its prompt indices 0, 1, 2, ... in order, each batch
+    # starting where the last one judged here ended: it cannot pick which of its prompts to answer
+    contiguous_indices: bool = True
     # fingerprint: relative error of the hidden state, estimated from the sketches
     fingerprint_tol: float = 0.05  # rms over all checked positions of a group
     fingerprint_tol_rollout: float = 0.08  # rms over one rollout's checked positions
@@ -196,6 +203,7 @@ class RolloutValidator:
         task: Any,
         config: ValidatorConfig | None = None,
         position_secret: bytes | None = None,
+        started_at: int | None = None,
     ) -> None:
         self.versions = versions
         self.tokenizer = tokenizer
@@ -205,6 +213,11 @@ class RolloutValidator:
         self.seen = SeenIndex(self.config.seen_capacity)
         # (version, miner, prompt index) already accepted: a miner earns each derived prompt once
         self.used_slots: OrderedDict[tuple[int, bytes, int], None] = OrderedDict()
+        # (version, miner) -> the next prompt index a batch of that miner must start at
+        self.next_index: OrderedDict[tuple[int, bytes], int] = OrderedDict()
+        # the current version when this validator started (default: at its first check); it saw the
+        # batches of later versions from their start, of earlier ones maybe not
+        self.started_at = started_at
 
     @classmethod
     def for_model(
@@ -220,6 +233,10 @@ class RolloutValidator:
         """Judge a batch whose signed announcement ``decode_message`` already verified."""
         ann, cfg = announcement, self.config
         n = ann.groups
+        if self.started_at is None:
+            self.started_at = current_version
+        if cfg.groups_per_batch is not None and n != cfg.groups_per_batch:  # signed: before any work
+            return _all(n, GROUP_COUNT, hard=True)
         if len(batch_bytes) != ann.blob.size or hashlib.sha256(batch_bytes).hexdigest() != ann.blob.id:
             return _all(n, BLOB_MISMATCH)
         if ann.version > current_version:
@@ -246,14 +263,43 @@ class RolloutValidator:
             return _all(n, GROUP_COUNT, hard=True)
         if commitment_root(batch) != ann.commitment_root:
             return _all(n, COMMITMENT_MISMATCH, hard=True)
+        order = self._index_order(batch)
+        if order != OK:
+            return _all(n, order, hard=order in HARD_FAILURES)
         return self._check_groups(batch, model, ann.blob.id)
+
+    def _index_order(self, batch: RolloutBatch) -> str:
+        """Prompt indices must be consecutive within the batch and continue the miner's last judged
+        batch of this version (from 0): skipping a batch after seeing its prompts or samples then
+        costs every later batch of the version here. A gap is soft (a batch lost on the way to this
+        validator makes one); reusing an accepted index is caught per group as ``duplicate_index``.
+        Versions older than this validator's start are judged from the first batch it sees (a restart
+        must not drop a miner's version in progress)."""
+        if not self.config.contiguous_indices:
+            return OK
+        first = batch.groups[0].index
+        if [g.index for g in batch.groups] != list(range(first, first + len(batch.groups))):
+            return INDEX_ORDER
+        key = (batch.version, batch.miner)
+        # a version that began before this validator started: its first batch of a miner sets the start
+        since = 0 if self.started_at is None or batch.version > self.started_at else first
+        expected = self.next_index.get(key, since)
+        if first > expected or (first < expected and (*key, first) not in self.used_slots):
+            return INDEX_GAP
+        self.next_index[key] = max(expected, first + len(batch.groups))
+        self.next_index.move_to_end(key)
+        while len(self.next_index) > self.config.seen_capacity:
+            self.next_index.popitem(last=False)
+        return OK
 
     def _limits(self) -> BatchLimits:
         lim = self.config.limits
         vocab = getattr(self.tokenizer, "vocab_size", lim.vocab_size)
         return BatchLimits(
-            max_groups=lim.max_groups,
-            max_rollouts_per_group=lim.max_rollouts_per_group,
+            max_groups=min(lim.max_groups, self.config.groups_per_batch or lim.max_groups),
+            max_rollouts_per_group=min(
+                lim.max_rollouts_per_group, self.config.group_size or lim.max_rollouts_per_group
+            ),
             max_prompt_tokens=lim.max_prompt_tokens,
             max_completion_tokens=min(lim.max_completion_tokens, self.config.max_new_tokens),
             max_total_tokens=lim.max_total_tokens,
@@ -309,19 +355,19 @@ class RolloutValidator:
                     repeats[(gi, ri)] = prev is not None and prev[0] != batch.miner
                 local.setdefault(key, gi)
         todo = []
-        for gi, g in enumerate(batch.groups):
-            if reasons[gi] == OK:
+        for gi, g in enumerate(batch.groups):  # no model work once a cheap check found a lie
+            if reasons[gi] == OK and not any(r in HARD_FAILURES for r in reasons):
                 picked = self._sampled(blob_id, gi, len(g.rollouts))
                 todo += [(gi, ri) for ri in range(len(g.rollouts)) if ri in picked or (gi, ri) in repeats]
-        results = self._model_checks(batch, model, todo, blob_id)
+        results: list[dict[str, float]] = []
         fp_sq: dict[int, list[float]] = {}
         stats = {
             "fingerprint_err_max": 0.0,
             "logprob_err_max": 0.0,
             "distribution_logp_min": 0.0,
-            "rollouts_recomputed": float(len(todo)),
         }
-        for (gi, ri), res in zip(todo, results, strict=True):
+        for (gi, ri), res in zip(todo, self._model_checks(batch, model, todo, blob_id), strict=False):
+            results.append(res)
             fp_sq.setdefault(gi, []).append(res["fp_sq"])
             fp_sq[gi].append(res["fp_n"])
             stats["fingerprint_err_max"] = max(stats["fingerprint_err_max"], res["fp_rollout"])
@@ -337,6 +383,10 @@ class RolloutValidator:
                 reasons[gi] = DISTRIBUTION
             elif (gi, ri) in repeats and res["seq_logprob"] < math.log(cfg.copy_max_prob):
                 reasons[gi] = COPIED if repeats[(gi, ri)] else DUPLICATE
+            if reasons[gi] in HARD_FAILURES:  # proof enough: no further forward passes
+                break
+        stats["rollouts_recomputed"] = float(len(results))
+        stats["rollouts_picked"] = float(len(todo))  # recomputed unless a hard failure stopped it
         log_tails = sum(res["log_tail_sum"] for res in results)
         n_tails = sum(int(res["n_tails"]) for res in results)
         batch_logp = fisher_log_pvalue_sum(log_tails, n_tails)
@@ -420,14 +470,15 @@ class RolloutValidator:
 
     def _model_checks(
         self, batch: RolloutBatch, model: Any, todo: list[tuple[int, int]], blob_id: str
-    ) -> list[dict[str, float]]:
+    ) -> Iterator[dict[str, float]]:
+        """Per job of ``todo``, in order, lazily: each forward runs only when its results are wanted."""
         cfg = self.config
         jobs = []
         for gi, ri in todo:
             g, r = batch.groups[gi], batch.groups[gi].rollouts[ri]
             pos = self._positions(blob_id, gi, ri, len(r.completion_ids))
             jobs.append(Job(g.prompt_ids, r.completion_ids, r.logprobs, r.sketches, pos))
-        return rollout_stats(
+        return iter_rollout_stats(
             model, jobs, batch.manifest_hash, batch.sketch_dim, cfg.temperature, cfg.top_p, cfg.forward_tokens
         )
 

@@ -28,6 +28,12 @@ class GRPOConfig:
 
     lr: float = 1e-4
     clip_eps: float = 0.2
+    # dual clip: for a negative advantage the objective never falls below dual_clip·A, so a ratio
+    # inflated by behaviour logprobs reported too low cannot multiply a rollout's gradient
+    dual_clip: float = 3.0
+    # tokens whose behaviour logprob is further than this (nats) from the trainer's own are left out
+    # of the loss: too far off-policy to learn from, or a lie (an honest stale token is clipped there anyway)
+    max_logprob_gap: float = 2.0
     kl_coef: float = 0.0
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
@@ -45,6 +51,20 @@ def group_advantages(rewards: Tensor, eps: float = 1e-6) -> Tensor:
         return torch.zeros_like(r)
     std = r.std(unbiased=False)
     return (r - r.mean()) / (std + eps)
+
+
+def policy_loss(
+    lp: Tensor, old: Tensor, adv: Tensor, mask: Tensor, cfg: GRPOConfig
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-token dual-clipped PPO loss ``−max(min(ρA, clip(ρ, 1±ε)A), c·A)`` (the outer max only for
+    ``A < 0``), the ratio ``ρ``, and the mask of tokens within ``max_logprob_gap`` of the behaviour
+    logprobs. Each token's gradient is then at most ``max(1+ε, c)·|A|·|∇ log π|``, whatever a miner
+    reports as its behaviour logprobs: one forged rollout weighs no more than an honest one."""
+    ratio = torch.exp((lp - old).clamp(-20, 20))
+    surr = torch.minimum(ratio * adv, ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv)
+    surr = torch.where(adv < 0, torch.maximum(surr, cfg.dual_clip * adv), surr)
+    trusted = mask & ((lp.detach() - old).abs() <= cfg.max_logprob_gap)
+    return -surr, ratio, trusted
 
 
 class GRPOTrainer:
@@ -90,8 +110,8 @@ class GRPOTrainer:
     def step(self, groups: list[RolloutGroup]) -> dict[str, float]:
         """One GRPO update; groups whose rewards are all equal carry no signal and are skipped.
 
-        Loss = token-mean over all completion tokens of ``−min(ρA, clip(ρ, 1±ε)A) + kl_coef·KL``
-        (KL: the k3 estimator against the initial policy). Returns statistics; ``skipped`` = 1.0 when
+        Loss = token-mean over all completion tokens of ``policy_loss`` + ``kl_coef·KL`` (KL: the k3
+        estimator against the initial policy), tokens beyond ``max_logprob_gap`` left out. Returns statistics; ``skipped`` = 1.0 when
         no group had signal (no optimizer step, version unchanged).
         """
         cfg = self.config
@@ -117,7 +137,7 @@ class GRPOTrainer:
         rows = self.local_rows(rows)
         self.model.train()
         self.opt.zero_grad(set_to_none=True)
-        tot = {"loss": 0.0, "clipped": 0.0, "ratio": 0.0, "kl": 0.0}
+        tot = {"loss": 0.0, "clipped": 0.0, "ratio": 0.0, "kl": 0.0, "untrusted": 0.0}
         for s in range(0, len(rows), cfg.micro_batch):
             mb = rows[s : s + cfg.micro_batch]
             lp, mask = self._token_logprobs(self.model, [(p, c) for p, c, _, _ in mb])
@@ -126,10 +146,7 @@ class GRPOTrainer:
             for i, (_, c, b, a) in enumerate(mb):
                 old[i, : len(c)] = torch.tensor(b, dtype=torch.float32)
                 adv[i, : len(c)] = a
-            ratio = torch.exp((lp - old).clamp(-20, 20))
-            clipped = ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps)
-            pg = -torch.minimum(ratio * adv, clipped * adv)
-            per_tok = pg
+            per_tok, ratio, trusted = policy_loss(lp, old, adv, mask, cfg)
             if self.ref is not None:
                 with torch.no_grad():
                     ref_lp, _ = self._token_logprobs(self.ref, [(p, c) for p, c, _, _ in mb])
@@ -137,11 +154,12 @@ class GRPOTrainer:
                 kl = torch.exp(d) - d - 1
                 per_tok = per_tok + cfg.kl_coef * kl
                 tot["kl"] += float((kl.detach() * mask).sum())
-            loss = (per_tok * mask).sum() / n_tok
+            loss = (per_tok * trusted).sum() / n_tok
             loss.backward()
             tot["loss"] += float(loss.detach())
             tot["clipped"] += float((((ratio.detach() - 1).abs() > cfg.clip_eps) & mask).sum())
             tot["ratio"] += float((ratio.detach() * mask).sum())
+            tot["untrusted"] += float((mask & ~trusted).sum())
         self.reduce_totals(tot)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
         self.opt.step()
@@ -154,6 +172,7 @@ class GRPOTrainer:
             "clip_frac": tot["clipped"] / n_tok,
             "ratio_mean": tot["ratio"] / n_tok,
             "kl": tot["kl"] / n_tok,
+            "logprob_gap_frac": tot["untrusted"] / n_tok,
             "grad_norm": float(grad_norm),
             "tokens": float(n_tok),
         }

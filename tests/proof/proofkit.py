@@ -68,8 +68,13 @@ class World:
 
 
 def make_world() -> World:
-    # every rollout recomputed: each test breaks one rollout and expects that check to see it
+    # every rollout recomputed: each test breaks one rollout and expects that check to see it; tests
+    # pick prompt indices freely (the index-order rule has its own tests, which turn it on)
     cfg = ValidatorConfig(
-        max_new_tokens=PARAMS.max_new_tokens, group_size=GROUP, max_staleness=2, checked_per_group=0
+        max_new_tokens=PARAMS.max_new_tokens,
+        group_size=GROUP,
+        max_staleness=2,
+        checked_per_group=0,
+        contiguous_indices=False,
     )
     return World(small_model(0), small_model(1), CharTokenizer(), get_task("addition", digits=1), cfg)

@@ -10,7 +10,7 @@ import torch
 from proofkit import MH, World
 
 from p2prl.proof.fingerprint import SKETCH_DIM, relative_error, sketch
-from p2prl.proof.recompute import Job, fisher_log_pvalues, rollout_stats, token_chunks, token_scores
+from p2prl.proof.recompute import Job, fisher_log_pvalues, iter_rollout_stats, token_chunks, token_scores
 from p2prl.proof.validate import fisher_log_pvalue
 from p2prl.rl.engine import processed_logprobs, teacher_forced
 
@@ -65,7 +65,7 @@ def test_rollout_stats_match_one_teacher_forced_pass_per_rollout(world: World) -
             jobs.append(Job(g.prompt_ids, r.completion_ids, r.logprobs, r.sketches, pos))
             lp, h = teacher_forced(world.model, g.prompt_ids.tolist(), r.completion_ids.tolist())
             refs.append((lp.double().numpy(), relative_error(r.sketches[pos], sketch(h[pos], MH))))
-    stats = rollout_stats(world.model, jobs, MH, SKETCH_DIM, 1.0, 1.0, forward_tokens=40)
+    stats = list(iter_rollout_stats(world.model, jobs, MH, SKETCH_DIM, 1.0, 1.0, forward_tokens=40))
     assert len(stats) == len(jobs)
     for job, st, (lp, fp) in zip(jobs, stats, refs, strict=True):
         assert st["n_tails"] == len(job.completion_ids) and st["fp_n"] == len(job.positions) * SKETCH_DIM

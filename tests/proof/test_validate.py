@@ -49,7 +49,9 @@ def test_honest_accepted_across_batch_sizes_and_threads(world: World) -> None:
 def test_other_weights_rejected_by_fingerprint(world: World) -> None:
     p = world.mine(model=world.other, indices=(20, 21))
     verdict = world.validator().check(p.announcement, MINER, p.blob, VERSION)
-    assert _reasons(verdict) == {V.FINGERPRINT} and verdict.hard_failure and not verdict.valid_groups
+    # the first lie found stops the model work: the later groups are not checked
+    assert [g.reason for g in verdict.groups] == [V.FINGERPRINT, V.NOT_CHECKED]
+    assert verdict.hard_failure and not verdict.valid_groups
 
 
 def test_tampered_reward_rejected(world: World) -> None:
@@ -282,7 +284,7 @@ def test_sampling_recomputes_only_the_picked_rollouts(world: World) -> None:
             r.logprobs = r.logprobs - 0.5
     q = announce(b)
     verdict = w.validator(position_secret=secret).check(q.announcement, MINER, q.blob, VERSION)
-    assert _reasons(verdict) == {V.LOGPROB} and verdict.hard_failure
+    assert _reasons(verdict) - {V.NOT_CHECKED} == {V.LOGPROB} and verdict.hard_failure
 
 
 def test_sampled_picks_follow_the_validators_secret(world: World) -> None:
@@ -300,8 +302,103 @@ def test_sampling_still_rejects_whole_forgeries_and_copies(world: World) -> None
     w = _sampled_world(world, 1)
     p = w.mine(model=world.other, indices=(53, 54))
     verdict = w.validator().check(p.announcement, MINER, p.blob, VERSION)
-    assert _reasons(verdict) == {V.FINGERPRINT} and verdict.hard_failure
+    assert _reasons(verdict) - {V.NOT_CHECKED} == {V.FINGERPRINT} and verdict.hard_failure
     # a repeat is recomputed whether or not it was picked, so a copy is still told from a likely draw
     _, _, verdict = _copy_accepted_batch(w, (55, 56))
     assert V.COPIED in _reasons(verdict) and verdict.hard_failure
-    assert verdict.stats["rollouts_recomputed"] == 2 * GROUP  # every rollout repeats a seen one
+    assert verdict.stats["rollouts_picked"] == 2 * GROUP  # every rollout repeats a seen one
+
+
+def _sized(world: World, **kw: Any) -> World:
+    """The genesis batch shape enforced: 2 groups of GROUP rollouts, indices contiguous from 0."""
+    cfg = dataclasses.replace(world.config, groups_per_batch=2, contiguous_indices=True, **kw)
+    return dataclasses.replace(world, config=cfg)
+
+
+class _Forwards:
+    """Counts the validator's forward passes (and the rows they carry) on the real model."""
+
+    def __init__(self, model: Any) -> None:
+        self.calls = self.rows = 0
+        self._h = model.base_model.register_forward_hook(self._hook)
+
+    def _hook(self, _m: Any, _args: Any, out: Any) -> None:
+        self.calls += 1
+        self.rows += int(out.last_hidden_state.shape[0])
+
+    def __enter__(self) -> _Forwards:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._h.remove()
+
+
+def test_oversized_batch_costs_no_forward_pass(world: World) -> None:
+    """Attack (forward amplification): a batch of genuine rollouts, but 8 times the genesis group
+    count. Before sizes were enforced the validator recomputed every group of it."""
+    w = _sized(world)
+    p = world.mine(indices=tuple(range(16)))
+    with _Forwards(world.model) as f:
+        verdict = w.validator().check(p.announcement, MINER, p.blob, VERSION)
+    assert _reasons(verdict) == {V.GROUP_COUNT} and verdict.hard_failure
+    assert f.calls == 0
+    b = copy.deepcopy(p.batch)  # the right group count, but a group of 3 * GROUP rollouts
+    b.groups = b.groups[:2]
+    b.groups[0].rollouts += copy.deepcopy(p.batch.groups[2].rollouts + p.batch.groups[3].rollouts)
+    q = announce(b)
+    with _Forwards(world.model) as f:
+        verdict = w.validator().check(q.announcement, MINER, q.blob, VERSION)
+    assert verdict.hard_failure and f.calls == 0
+
+
+def test_validation_stops_at_the_first_hard_failure(world: World) -> None:
+    """A lie in the cheap checks costs no forward pass; a lie found by the model stops the model work."""
+    w = _sized(world, forward_tokens=1)  # one rollout per forward, so the count shows where it stopped
+    p = world.mine(indices=(0, 1))
+    b = copy.deepcopy(p.batch)
+    b.groups[0].rollouts[0].reward = 1.0 - b.groups[0].rollouts[0].reward
+    q = announce(b)
+    with _Forwards(world.model) as f:
+        verdict = w.validator().check(q.announcement, MINER, q.blob, VERSION)
+    assert verdict.groups[0].reason == V.REWARD and f.calls == 0
+    b = copy.deepcopy(p.batch)
+    for g in b.groups:
+        for r in g.rollouts:
+            r.logprobs = r.logprobs - 0.5
+    q = announce(b)
+    with _Forwards(world.model) as f:
+        verdict = w.validator().check(q.announcement, MINER, q.blob, VERSION)
+    assert verdict.groups[0].reason == V.LOGPROB and verdict.hard_failure
+    assert f.calls == 1, f.calls  # not 2 * GROUP
+
+
+def test_cherry_picked_prompt_indices_rejected(world: World) -> None:
+    """Attack (cherry-picking): the miner searches its derived prompts for easy ones and publishes only
+    those indices. Indices must run from 0, contiguous per (version, miner)."""
+    w = _sized(world)
+    problems = [world.task.problem(derive_seed(MH, MINER, i)) for i in range(64)]
+    answer = [int(pr.answer) for pr in problems]
+    easy = min(range(1, 63), key=lambda i: answer[i] + answer[i + 1])  # the smallest sums in a row
+    p = world.mine(indices=(easy, easy + 1), seed=3)
+    v = w.validator(started_at=VERSION - 1)  # running since before VERSION began
+    with _Forwards(world.model) as f:
+        verdict = v.check(p.announcement, MINER, p.blob, VERSION)
+    assert _reasons(verdict) == {V.INDEX_GAP} and not verdict.valid_groups and f.calls == 0
+    assert not verdict.hard_failure  # a lost batch can make an honest miner skip: dropped, no penalty
+    first = world.mine(indices=(0, 1))
+    assert _reasons(v.check(first.announcement, MINER, first.blob, VERSION)) == {V.OK}
+    skip = world.mine(indices=(4, 5))  # skipping the batch at 2, 3
+    assert _reasons(v.check(skip.announcement, MINER, skip.blob, VERSION)) == {V.INDEX_GAP}
+    gap = world.mine(indices=(2, 4))  # not contiguous inside the batch: an honest miner never does it
+    verdict = v.check(gap.announcement, MINER, gap.blob, VERSION)
+    assert _reasons(verdict) == {V.INDEX_ORDER} and verdict.hard_failure
+    nxt = world.mine(indices=(2, 3))
+    assert _reasons(v.check(nxt.announcement, MINER, nxt.blob, VERSION)) == {V.OK}
+    # a validator started during VERSION takes a miner's batches of it from the first one it sees
+    late = w.validator()
+    assert _reasons(late.check(skip.announcement, MINER, skip.blob, VERSION)) == {V.OK}
+    # every sample of a group: a group missing one of its GROUP samples (best-of-fewer) is rejected
+    b = copy.deepcopy(world.mine(indices=(4, 5)).batch)
+    b.groups[1].rollouts.pop()
+    q = announce(b)
+    assert V.GROUP_SIZE in _reasons(v.check(q.announcement, MINER, q.blob, VERSION))

@@ -74,3 +74,31 @@ def test_stale_logprobs_get_clipped(default_model_dir) -> None:
     master, _ = load_model(default_model_dir, torch.float32)
     st = GRPOTrainer(master, GRPOConfig(lr=1e-4), pad_id=tok.pad_id).step(groups)
     assert st["clip_frac"] == 1.0 and st["ratio_mean"] > 2.0
+
+
+def test_one_forged_rollout_cannot_steer_the_step(default_model_dir) -> None:
+    """Attack: one rollout with a negative advantage reports behaviour logprobs 19 nats below the
+    truth. Without dual clipping its ratio e^19 multiplies its gradient and the step becomes its update."""
+    groups, tok = _groups(default_model_dir)
+    forged = [
+        RolloutGroup(
+            g.prompt_ids, [Rollout(r.completion_ids, list(r.logprobs), r.reward) for r in g.rollouts], 0
+        )
+        for g in groups
+    ]
+    liar = next(r for r in forged[0].rollouts if r.reward == 0.0)  # negative advantage
+    liar.logprobs = [lp - 19.0 for lp in liar.logprobs]
+    norms = {}
+    for name, gs in (("honest", groups), ("forged", forged)):
+        master, _ = load_model(default_model_dir, torch.float32)
+        tr = GRPOTrainer(master, GRPOConfig(lr=1e-3), pad_id=tok.pad_id)
+        before = {k: v.clone() for k, v in tr.model.state_dict().items()}
+        st = tr.step(gs)
+        norms[name] = st["grad_norm"]
+        norms[name + "_delta"] = torch.cat([(tr.model.state_dict()[k] - before[k]).flatten() for k in before])
+    # the forged rollout's tokens carry no more weight than an honest one's: the gradient stays the
+    # honest step's size and the update keeps the honest step's direction
+    assert norms["forged"] < 2 * norms["honest"], norms
+    cos = torch.nn.functional.cosine_similarity(norms["honest_delta"], norms["forged_delta"], dim=0)
+    assert float(cos) > 0.5
+    assert st["logprob_gap_frac"] > 0  # the lie's tokens lie beyond the trainer's trust bound
