@@ -271,7 +271,7 @@ def test_keys_written_by_init_are_the_nodes_keys(compose: dict[str, Any]) -> Non
         if cfg.role == "trainer":
             assert init_opts["key"] == init_key, "genesis must be signed by the trainer's own key"
         else:
-            assert init_key in init_opts["validator"], f"{name}: genesis does not list this validator"
+            assert init_key in init_opts["validators"], f"{name}: genesis does not list this validator"
 
 
 def test_genesis_points_at_the_compose_services(compose: dict[str, Any]) -> None:
@@ -368,20 +368,6 @@ def test_wiring(compose: dict[str, Any]) -> None:
     assert "readonly" in " ".join(svcs["bucket"]["command"])
 
 
-def _stand_in_base_model(cache: Path) -> None:
-    """A model-cache entry that names the default model, so `network init` skips its minute-long build.
-
-    Building and hashing the real base model is the RL and node tests' business; this test is about
-    the compose wiring (keys, genesis, bootstrap, bucket, idempotency).
-    """
-    from p2prl.rl.model import DEFAULT_MODEL_NAME, META_FILE
-
-    d = cache / DEFAULT_MODEL_NAME
-    d.mkdir(parents=True)
-    meta = {"name": DEFAULT_MODEL_NAME, "parameters": 1, "weights_hash": "ab" * 32}
-    (d / META_FILE).write_text(json.dumps(meta))
-
-
 @pytest.mark.slow
 def test_init_script_runs(compose: dict[str, Any], tmp_path: Path) -> None:
     """Run the init service's script with its volumes as temporary directories; run it twice (idempotent)."""
@@ -391,7 +377,7 @@ def test_init_script_runs(compose: dict[str, Any], tmp_path: Path) -> None:
         script = script.replace("chown -R 10001:10001", ": chown")
     for d in ("keys/trainer", "keys/validator", "genesis"):
         (tmp_path / d).mkdir(parents=True)
-    _stand_in_base_model(tmp_path / "model")
+    cli_check.stand_in_base_model(tmp_path / "model")
     env = {
         **os.environ,
         **env_of(services(compose)["init"]),
@@ -414,5 +400,5 @@ def test_init_script_runs(compose: dict[str, Any], tmp_path: Path) -> None:
     trainer = load_identity(tmp_path / "keys" / "trainer" / "node.key")
     assert g.trainer == trainer.public_hex
     assert list(g.validators) == [load_identity(tmp_path / "keys" / "validator" / "node.key").public_hex]
-    assert g.s3 is not None and g.s3["bucket"] == env["BUCKET"] and g.s3["endpoint"] == "http://minio:9000"
+    assert g.s3 is not None and g.s3.bucket == env["BUCKET"] and g.s3.endpoint == "http://minio:9000"
     assert g.bootstrap == (f"/ip4/{env['TRAINER_IP']}/tcp/4001/p2p/{peer_id_for(trainer)}",)

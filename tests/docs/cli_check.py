@@ -221,3 +221,22 @@ def substitutions(line: str) -> tuple[str, list[str]]:
             out.append(line[i])
             i += 1
     return "".join(out), subs
+
+
+def stand_in_base_model(cache: Path) -> None:
+    """A model-cache entry naming the default model, so `network init` skips its minute-long build.
+
+    Building the real base model is tested with the RL core; here the commands and their order matter.
+    """
+    import json
+
+    from p2prl.rl.model import DEFAULT_MODEL_NAME, META_FILE
+    from p2prl.rl.tokenizer import CharTokenizer
+
+    d = cache / DEFAULT_MODEL_NAME
+    d.mkdir(parents=True)
+    CharTokenizer().save(d)
+    (d / "config.json").write_text("{}")
+    (d / META_FILE).write_text(
+        json.dumps({"name": DEFAULT_MODEL_NAME, "parameters": 1, "weights_hash": "ab" * 32})
+    )

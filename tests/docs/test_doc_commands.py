@@ -11,13 +11,13 @@ the parse check only.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import cli_check
 import pytest
 from cli_check import CliMismatch, command_paths, resolve
 from doc_commands import (
@@ -238,28 +238,11 @@ def _runnable(line: ShellLine) -> bool:
     return has_p2prl
 
 
-def _stand_in_base_model(cache: Path) -> None:
-    """A model-cache entry naming the default model, so `network init` skips its minute-long build.
-
-    Building the real base model is tested with the RL core; here the commands and their order matter.
-    """
-    from p2prl.rl.model import DEFAULT_MODEL_NAME, META_FILE
-    from p2prl.rl.tokenizer import CharTokenizer
-
-    d = cache / DEFAULT_MODEL_NAME
-    d.mkdir(parents=True)
-    CharTokenizer().save(d)
-    (d / "config.json").write_text("{}")
-    (d / META_FILE).write_text(
-        json.dumps({"name": DEFAULT_MODEL_NAME, "parameters": 1, "weights_hash": "ab" * 32})
-    )
-
-
 def _a_networks_genesis(operator: Path, out: Path) -> None:
     """The genesis.json a volunteer is given (signed by a trainer key that is not in the reader's directory)."""
     from p2prl.node.netinit import NetworkSpec, init_network
 
-    _stand_in_base_model(operator / "model")
+    cli_check.stand_in_base_model(operator / "model")
     init_network(
         NetworkSpec(network_id="my-network"),
         key_path=operator / "trainer.key",
@@ -278,7 +261,7 @@ def test_cheap_commands_run_as_written(doc: Path, tmp_path: Path) -> None:
         pytest.skip(f"{_rel(doc)} shows no command cheap enough to run (all are parse-checked)")
     work = tmp_path / "work"
     work.mkdir()
-    _stand_in_base_model(work / "p2prl-data" / "model")
+    cli_check.stand_in_base_model(work / "p2prl-data" / "model")
     if any("genesis.json" in ln.text for ln in lines):
         _a_networks_genesis(tmp_path / "operator", work / "genesis.json")
     script = "set -eu\n" + "".join(f"echo '>>> {ln.where}'\n{ln.text}\n" for ln in lines)
