@@ -8,6 +8,7 @@ it reads everyone's status into the summary.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -89,6 +90,7 @@ def prepare(opts: DemoOptions, root: Path, s3_endpoint: str) -> dict[str, Any]:
     from p2prl.net.identity import peer_id_for
     from p2prl.node.genesis import write_genesis
     from p2prl.node.netinit import NetworkSpec, describe_model, genesis_from_spec
+    from p2prl.rl.tasks import pin_task_params
 
     ids = {n: load_or_create_identity(root / n / "node.key") for n in _nodes(opts)}
     plan_file = root / "demo.json"
@@ -119,6 +121,8 @@ def prepare(opts: DemoOptions, root: Path, s3_endpoint: str) -> dict[str, Any]:
     s3 = {"endpoint": s3_endpoint, "bucket": BUCKET, "prefix": ""} if s3_endpoint else None
     if not genesis_path.exists():
         # a resumed demo keeps its genesis; its nodes get the new local S3 endpoint by --s3-endpoint
+        # an unknown task or bad parameters fail here; a data-backed task's file hash is pinned
+        spec = dataclasses.replace(spec, task_params=pin_task_params(spec.task, spec.task_params))
         model, stops, assets = describe_model(spec, model_cache)
         sg = genesis_from_spec(spec, ids["trainer"], model, s3=s3, stop_token_ids=stops, assets=assets)
         write_genesis(sg, genesis_path)

@@ -155,15 +155,13 @@ def genesis_from_spec(
 
 def describe_model(spec: Any, model_cache: Path) -> tuple[ModelSpec, tuple[int, ...], tuple[AssetSpec, ...]]:
     """The genesis model section, stop ids and assets for ``spec`` (its ``--model`` directory, else the
-    built-in model), after checking the task exists and the prompt format works with the tokenizer.
+    built-in model), after checking the prompt format works with the tokenizer (callers check the task).
     A directory's non-weight files become the ``model_files`` asset a joining node fetches."""
     from p2prl.node.assets import MODEL_FILES_ASSET, asset_for
     from p2prl.rl.model import build_default_model
     from p2prl.rl.modeldir import describe, pack_files, stop_ids_of
-    from p2prl.rl.tasks import get_task
     from p2prl.rl.tokenizer import load_tokenizer
 
-    get_task(spec.task, **spec.task_params)  # fail early on an unknown task or bad params
     prompt = section_of(spec, PromptSpec)
     assets: tuple[AssetSpec, ...] = ()
     if spec.model is not None:

@@ -168,7 +168,7 @@ def test_miner_container_joins_a_host_network(
 
     sport = {n: free_port() for n in ("trainer", "validator", "miner")}
     common = ["--network", str(genesis), "--model-cache", str(model), "--no-s3-enable", "--heartbeat-s", "1"]
-    common += ["--torch-threads", "1"]
+    common += ["--torch-threads", "1", "--local-network"]  # the nodes sit on the docker0 bridge
     sup = Supervisor(tmp_path)
     keys, data, name = f"{PREFIX}-miner-keys", f"{PREFIX}-miner-data", f"{PREFIX}-miner"
     cleanup += [("volume", keys), ("volume", data), ("container", name)]
@@ -201,7 +201,7 @@ def test_miner_container_joins_a_host_network(
             "--heartbeat-s",
             "1",
         ]
-        run += ["--torch-threads", "1"]
+        run += ["--torch-threads", "1", "--local-network"]
         docker(*run)
 
         def detail() -> str:

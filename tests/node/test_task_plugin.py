@@ -48,7 +48,7 @@ def node_args(
     role = "miner" if name.startswith("miner") else name
     listen = f"/ip4/127.0.0.1/tcp/{trainer_port if role == 'trainer' else 0}"
     paths = ["--network", str(genesis), "--data-dir", str(root / name), "--model-cache", str(cache)]
-    flags = f"--role {role} --listen {listen} --status-port {status_port} --torch-threads 1 --heartbeat-s 1"
+    flags = f"--role {role} --listen {listen} --status-port {status_port} --torch-threads 1 --heartbeat-s 1 --local-network"
     return ["node", *paths, *flags.split(), "--no-s3-enable"]
 
 
@@ -90,7 +90,8 @@ def test_plugin_task_pinned_in_genesis_and_used_by_every_role(
     monkeypatch.syspath_prepend(str(site))  # what `pip install` into this environment does
     res = CliRunner().invoke(app, init)
     assert res.exit_code == 0, res.output
-    assert read_genesis(genesis).genesis.task == {"name": "subtraction", "params": {"digits": 1}}
+    task = read_genesis(genesis).genesis.task
+    assert (task.name, task.params) == ("subtraction", {"digits": 1})
 
     env = {
         "P2PRL_CACHE": str(model_cache),
