@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
+from collections.abc import Collection
 from typing import Any
 
 PER_SIGNER = 8  # announcements queued per signer
@@ -149,15 +150,21 @@ class JudgeQueue:
                 return True
         return False
 
-    def next(self, current: int, now: float | None = None, classes: int = 3) -> Any:
+    def next(
+        self, current: int, now: float | None = None, classes: int = 3, skip: Collection[str] = ()
+    ) -> Any:
         """The next announcement to judge: best class first, round-robin over signers within it.
 
         Announcements for a version we do not hold yet wait (up to ``wait_s``) without blocking
-        others. ``classes`` 1 takes only signers in good standing.
+        others. ``classes`` 1 takes only signers in good standing. Signers in ``skip`` (one of
+        theirs is being fetched or judged) wait, so each signer's batches are judged in the order
+        they were announced: prompt indices must continue the last judged batch.
         """
         now = time.monotonic() if now is None else now
         for queues in self._queues[:classes]:
             for signer in list(queues):
+                if signer in skip:
+                    continue
                 q = queues[signer]
                 for i, (t, item) in enumerate(q):
                     if item.message.version <= current or now - t > self.wait_s:

@@ -127,6 +127,7 @@ class Validator:
         self.max_staleness = int(ctx.g.max_staleness)
         self.jq = JudgeQueue(self.max_staleness)
         self.jq_cond = threading.Condition()
+        self.in_flight: set[str] = set()  # signers with a batch being fetched or judged (one each)
         self.scores = _make_scores(ctx)
         self.ready: queue.Queue[tuple[Any, bytes | None]] = queue.Queue(READY_MAX)
         self._last_scores = 0.0
@@ -186,6 +187,8 @@ class Validator:
             with self.jq_cond:
                 if key_of(item) in self.jq.judged:
                     ctx.status.incr_label("dropped", "duplicate_announcement")
+                    self.in_flight.discard(key_of(item)[0])
+                    self.jq_cond.notify_all()
                     continue
             data = self._fetch(item)
             while not ctx.stop.is_set():
@@ -198,12 +201,27 @@ class Validator:
     def _next(self, classes: int = 3) -> Any:
         """The next announcement to judge (fair per signer; one whose version we hold or never will)."""
         with self.jq_cond:
-            item = self.jq.next(self.current.version, classes=classes)
+            item = self.jq.next(self.current.version, classes=classes, skip=self.in_flight)
             if item is None:
                 self.jq_cond.wait(0.5)
+            else:
+                self.in_flight.add(key_of(item)[0])
             return item
 
+    def _done(self, item: Any) -> None:
+        """The signer's batch is judged: its next one may be fetched (one at a time, in order)."""
+        with self.jq_cond:
+            self.in_flight.discard(key_of(item)[0])
+            self.jq_cond.notify_all()
+
     def check(self, item: Any, data: Any = _FETCH) -> Any:
+        """Judge ``item`` (see ``_check``), then let its signer's next batch be fetched."""
+        try:
+            return self._check(item, data)
+        finally:
+            self._done(item)
+
+    def _check(self, item: Any, data: Any = _FETCH) -> Any:
         """Fetch the batch, judge it, publish the verdict; returns the BatchVerdict (None: a repeat).
 
         A (signer, blob) is judged once in the staleness window: the checker records each prompt

@@ -53,3 +53,19 @@ def test_full_queue_makes_room_in_the_worst_class() -> None:
     honest = Identity.generate()
     assert q.offer(announcement(honest, 50)) is None and q.evicted == 1
     assert q.next(0).envelope.signer == honest.public_key
+
+
+def test_a_signer_in_flight_waits_so_its_batches_are_judged_in_order() -> None:
+    """With several fetch threads, a miner's second batch could be judged before its first and be
+    dropped as ``index_gap`` (its indices must continue the last judged batch). A signer with a
+    batch in flight is skipped until that batch is judged; other signers go on."""
+    q = JudgeQueue(max_staleness=2)
+    miner, other = Identity.generate(), Identity.generate()
+    first, second = announcement(miner, 1), announcement(miner, 2)
+    for item in (first, second, announcement(other, 3)):
+        assert q.offer(item) is None
+    assert q.next(0) is first
+    busy = {miner.public_hex}
+    assert q.next(0, skip=busy).envelope.signer == other.public_key
+    assert q.next(0, skip=busy) is None  # the miner's second batch waits for its first
+    assert q.next(0) is second
