@@ -30,7 +30,7 @@ def calibrate(
     factor: float = 2.0,
     max_factor: float = 4.0,
     fp_floor: float = 0.008,
-    lp_floor: float = 0.01,
+    lp_floor: float = 0.025,
 ) -> tuple[ValidatorConfig, dict[str, float]]:
     """``base`` with fingerprint and logprob tolerances set from honest drift; returns the measurement.
 
@@ -43,7 +43,10 @@ def calibrate(
 
     ``fp_floor`` is two bf16 steps (2 × 2⁻⁸ ≈ 0.008): engines whose states agree bit for bit on the
     calibration's rollouts still round an element differently now and then (one step moves the state's
-    direction by up to 2⁻⁸), and a floor below that rejected an honest batch on the default model."""
+    direction by up to 2⁻⁸), and a floor below that rejected an honest batch on the default model.
+    ``lp_floor`` likewise: when calibration sees zero drift (every node on one engine, as in the demo)
+    the logprob bounds sit at their floors, and a floor of 0.01 (0.05 for the per-token maximum)
+    rejected an honest rollout of the default model in a demo; 0.025 gives 0.125 for the maximum."""
     from p2prl.rl.engine import HFEngine
 
     loose = dataclasses.replace(
