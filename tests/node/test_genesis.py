@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from genesiskit import MODEL
 
 from p2prl.crypto.envelope import seal
 from p2prl.crypto.keys import Identity
@@ -17,20 +18,7 @@ from p2prl.node.genesis import (
     write_genesis,
 )
 from p2prl.node.netinit import NetworkSpec, genesis_from_spec
-from p2prl.protocol.sections import GenerationSpec, ModelSpec, PatchSpec, S3Spec, TaskSpec
-
-MODEL = ModelSpec(
-    name="m",
-    source="builtin",
-    architecture="Qwen2ForCausalLM",
-    dtype="bfloat16",
-    parameters=1,
-    weights_hash="ab" * 32,
-    config_sha256="cd" * 32,
-    tokenizer_sha256="ef" * 32,
-    files_sha256="",
-    files_size=0,
-)
+from p2prl.protocol.sections import GenerationSpec, PatchSpec, S3Spec, TaskSpec
 
 
 def genesis(trainer: Identity, **kw: object) -> SignedGenesis:

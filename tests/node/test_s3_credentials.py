@@ -9,26 +9,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from genesiskit import MODEL
 
 from p2prl.crypto.keys import Identity
 from p2prl.net.s3 import S3Mirror
 from p2prl.node.config import NodeConfig
 from p2prl.node.context import s3_config
 from p2prl.node.netinit import NetworkSpec, genesis_from_spec
-from p2prl.protocol.sections import ModelSpec
-
-MODEL = ModelSpec(
-    name="m",
-    source="builtin",
-    architecture="Qwen2ForCausalLM",
-    dtype="bfloat16",
-    parameters=1,
-    weights_hash="ab" * 32,
-    config_sha256="cd" * 32,
-    tokenizer_sha256="ef" * 32,
-    files_sha256="",
-    files_size=0,
-)
 
 
 @pytest.fixture
