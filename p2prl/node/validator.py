@@ -119,10 +119,11 @@ class Validator:
             groups_per_batch=groups_per_batch(ctx),
             checked_per_group=ctx.config.checked_per_group,
         )
+        task = task_of(ctx)  # built once: a data-backed task reads and hashes its file
         if ctx.config.calibrate_tolerances:
-            vcfg = calibrated(self.engine.model, tok, task_of(ctx), gen, start.hash, vcfg)
+            vcfg = calibrated(self.engine.model, tok, task, gen, start.hash, vcfg)
         self.checker = RolloutValidator(
-            self.cache.source, tok, task_of(ctx), vcfg, position_secret=position_secret(ctx.identity)
+            self.cache.source, tok, task, vcfg, position_secret=position_secret(ctx.identity)
         )
         self.max_staleness = int(ctx.g.max_staleness)
         self.jq = JudgeQueue(self.max_staleness)
