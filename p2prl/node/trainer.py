@@ -187,7 +187,9 @@ class Trainer:
                 ctx.status.incr_label("rollout_fetch_failed", type(e).__name__)
                 log.warning("rollout blob %s unusable: %s", ann.blob.id[:12], e)
                 continue
-            if self.intake.vetoed(miner, ann.blob.id):  # a hard failure arrived during the fetch
+            with self.intake_lock:  # the pump thread records verdicts meanwhile
+                vetoed = self.intake.vetoed(miner, ann.blob.id)
+            if vetoed:  # a hard failure arrived during the fetch
                 ctx.status.incr_label("dropped", "vetoed_rollouts")
                 continue
             with self.buffer_lock:
