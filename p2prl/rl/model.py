@@ -59,10 +59,11 @@ def unique_state(model: torch.nn.Module) -> dict[str, Tensor]:
 
 
 def weights_hash(state: Mapping[str, Tensor]) -> str:
-    """The network's weights hash (``p2prl.patch.hashing.weights_hash``: BLAKE3, canonical order)."""
+    """The network's weights hash (``p2prl.patch.hashing.weights_hash``: BLAKE3, canonical order) of
+    tensors on any device (the hash reads bytes on the CPU)."""
     from p2prl.patch.hashing import weights_hash as patch_hash
 
-    return str(patch_hash(state))
+    return str(patch_hash({k: v if v.device.type == "cpu" else v.detach().cpu() for k, v in state.items()}))
 
 
 def default_config(vocab_size: int) -> Any:
