@@ -208,6 +208,9 @@ def demo(
     prompt_format: str = typer.Option("raw", "--prompt-format", help="raw or chat."),
     system_prompt: str = typer.Option("", "--system-prompt", help="System prompt for the chat format."),
     device: str = typer.Option("cpu", "--device", help="Torch device of every node: auto, cpu, cuda, cuda:N."),
+    validator_device: str | None = typer.Option(
+        None, "--validator-device", help="The validator's torch device, if not --device's."
+    ),
 ) -> None:
     """Start a whole network on 127.0.0.1 (local S3, trainer, validator, miners) on the default tiny
     model or the --model directory.
@@ -229,6 +232,7 @@ def demo(
         prompt_format=prompt_format,
         system_prompt=system_prompt,
         device=device,
+        validator_device=validator_device,
     )
     summary = run_demo(opts)
     if summary is not None:

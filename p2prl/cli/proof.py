@@ -65,11 +65,18 @@ def bench_honest(
     models: str = typer.Option("tiny", "--models", help="Comma list of: tiny (default model), big (~24M)."),
     batch_sizes: str = typer.Option("1,8,32", "--batch-sizes", help="Engine batch sizes."),
     threads: str = typer.Option("1,2", "--threads", help="Miner thread counts."),
+    miner_device: str = typer.Option("cpu", "--miner-device", help="Torch device of the miner's engine."),
+    validator_device: str = typer.Option(
+        "cpu", "--validator-device", help="Torch device of the validator (it calibrates there)."
+    ),
+    train_steps: int = typer.Option(0, "--train-steps", min=0, help="Train the model this many steps first."),
+    lr: float = typer.Option(3e-3, "--lr", help="Learning rate of those steps."),
+    max_new_tokens: int = typer.Option(0, "--max-new-tokens", min=0, help="Completion length (0: default)."),
     cache_dir: Path = typer.Option(
         Path(os.environ.get("P2PRL_CACHE", Path.home() / ".cache" / "p2prl")), "--cache-dir"
     ),
 ) -> None:
-    """Honest acceptance (the false-reject rate) across engine batch sizes and thread counts."""
+    """Honest acceptance (the false-reject rate) across engine batch sizes, thread counts and devices."""
     from p2prl.proof.bench import honest_acceptance
 
     result = honest_acceptance(
@@ -79,5 +86,10 @@ def bench_honest(
         tuple(int(b) for b in batch_sizes.split(",")),
         tuple(int(t) for t in threads.split(",")),
         log=typer.echo,
+        miner_device=miner_device,
+        validator_device=validator_device,
+        train_steps=train_steps,
+        lr=lr,
+        max_new_tokens=max_new_tokens,
     )
     typer.echo(json.dumps(result, sort_keys=True, default=float))

@@ -61,6 +61,7 @@ class DemoOptions:
     prompt_format: str = "raw"
     system_prompt: str = ""
     device: str = "cpu"
+    validator_device: str | None = None  # default: ``device`` (a CUDA network judged on the CPU, say)
     # the trainer's step equals train-local's (32 prompts x 8 samples, lr 3e-4), taken train_epochs
     # times on each batch; each miner announces batches_per_version batches of 16 prompts per
     # version, so the miners make what the trainer consumes and no more (staleness stays 0-1)
@@ -168,7 +169,8 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
         args += ["--batches-per-version", str(opts.batches_per_version)]
     if role == "validator":  # every node here runs the same engine: tolerances fit to it
         args += ["--calibrate-tolerances"]
-    args += ["--device", opts.device] + (["--model", str(opts.model)] if opts.model else [])
+    device = opts.validator_device or opts.device if role == "validator" else opts.device
+    args += ["--device", device] + (["--model", str(opts.model)] if opts.model else [])
     args += list(opts.node_args)
     if opts.dishonest_miner and name == "miner2":
         args += ["--dishonest-perturb", "0.05"]

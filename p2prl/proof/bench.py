@@ -473,20 +473,37 @@ def honest_acceptance(
     batch_sizes: tuple[int, ...] = (1, 8, 32),
     threads: tuple[int, ...] = (1, 2),
     log: Any = print,
+    miner_device: str = "cpu",
+    validator_device: str = "cpu",
+    train_steps: int = 0,
+    lr: float = 3e-3,
+    max_new_tokens: int = 0,
 ) -> dict[str, Any]:
     """``p2prl bench honest``: honest miners at every (engine batch size, thread count), each batch
     judged with every rollout recomputed by a validator with calibrated tolerances, as a node runs
     it. Returns per model and setting the rollouts, the accepted ones, the rejection reasons and the
     largest honest errors next to the tolerances they must stay under (the margin behind zero false
-    rejects)."""
+    rejects).
+
+    The validator calibrates on its own device, as a node does; a miner on another device (a CUDA
+    miner judged on a CPU validator) shows what crossing devices costs. ``train_steps`` first trains
+    the model that many GRPO-shaped steps (a trained policy's logits are larger and peakier than a
+    random init's, which is where bf16 rounding shows); ``max_new_tokens`` overrides the completion
+    length."""
     import torch
 
     from p2prl.rl.engine import HFEngine
 
     out: dict[str, Any] = {}
     for setup in setups(cache_dir, models):
+        if train_steps:
+            setup = replace(setup, model=train_versions(setup, train_steps, lr)[-1])
+        if max_new_tokens:
+            setup = replace(setup, params=replace(setup.params, max_new_tokens=max_new_tokens))
         p = setup.params
         mh = manifest_of(setup.model)
+        miner_model = copy.deepcopy(setup.model).to(miner_device)
+        val_model = copy.deepcopy(setup.model).to(validator_device)
         base = ValidatorConfig(
             max_new_tokens=p.max_new_tokens,
             temperature=p.temperature,
@@ -495,13 +512,13 @@ def honest_acceptance(
             groups_per_batch=8,
             checked_per_group=0,
         )
-        cfg, drift = calibrate(setup.model, setup.tokenizer, setup.task, p, mh, base)
+        cfg, drift = calibrate(val_model, setup.tokenizer, setup.task, p, mh, base)
         tol = {k: getattr(cfg, k) for k in TOLERANCES}
         log(f"{setup.name}: calibrated {tol} from honest drift {drift}")
         rows = []
         for bs in batch_sizes:
             for th in threads:
-                v = RolloutValidator.for_model(setup.model, setup.tokenizer, setup.task, 5, mh, config=cfg)
+                v = RolloutValidator.for_model(val_model, setup.tokenizer, setup.task, 5, mh, config=cfg)
                 row = {"batch_size": bs, "threads": th, "n": 0, "accepted": 0, "reasons": {}}
                 worst = {"fingerprint_err_max": 0.0, "fingerprint_err_group_max": 0.0, "logprob_err_max": 0.0}
                 t0, b = time.perf_counter(), 0
@@ -510,7 +527,7 @@ def honest_acceptance(
                     saved = torch.get_num_threads()
                     torch.set_num_threads(th)  # the miner's threads; the validator keeps the default
                     try:
-                        eng = HFEngine(setup.model, setup.tokenizer, max_batch=bs)
+                        eng = HFEngine(miner_model, setup.tokenizer, max_batch=bs)
                         pb = mine_batch(eng, setup.task, 5, mh, MINER_A, idx, GROUP_SIZE, replace(p, seed=b))
                     finally:
                         torch.set_num_threads(saved)
@@ -525,7 +542,14 @@ def honest_acceptance(
                 row.update(worst, seconds=time.perf_counter() - t0)
                 log(f"  {setup.name:5s} batch {bs:2d} threads {th}: {row['accepted']}/{row['n']} {row}")
                 rows.append(row)
-        out[setup.name] = {"tolerances": tol, "calibration_drift": drift, "settings": rows}
+        out[setup.name] = {
+            "tolerances": tol,
+            "calibration_drift": drift,
+            "devices": {"miner": miner_device, "validator": validator_device},
+            "train_steps": train_steps,
+            "max_new_tokens": p.max_new_tokens,
+            "settings": rows,
+        }
     total = sum(r["n"] for m in out.values() for r in m["settings"])
     accepted = sum(r["accepted"] for m in out.values() for r in m["settings"])
     return {"rollouts": total, "accepted": accepted, "false_rejects": total - accepted, "models": out}
