@@ -65,7 +65,7 @@ def _attack(
     """One attacker host, in its own process: junk announcements at ``rate`` per second from ``keys``
     keys for ``seconds``; every second one squats the latest honest announcement it has seen."""
     from p2prl.node.config import NodeConfig
-    from p2prl.node.context import build_context
+    from p2prl.node.startup import build_context
 
     ctx = build_context(
         NodeConfig(

@@ -8,8 +8,8 @@ import threading
 import time
 from types import SimpleNamespace
 
+from p2prl.net.dialer import Dialer
 from p2prl.node.config import NodeConfig
-from p2prl.node.context import Dialer
 from p2prl.node.status import NodeStatus
 
 
