@@ -7,9 +7,23 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
+
+
+class DialHost(Protocol):
+    """What the dialer needs of a host: who it is, whom it is connected to, and a way to dial."""
+
+    peer_id: str
+
+    def peers(self) -> list[Any]:
+        """Known peers, each with ``peer_id`` and ``connected``."""
+        ...
+
+    def connect(self, addr: str, timeout: float | None = None) -> None:
+        """Dial ``addr`` (a multiaddr ending in /p2p/<peer id>); raises when it fails."""
 
 
 class Dialer:
@@ -25,16 +39,25 @@ class Dialer:
     RETRY_S = 30.0
     WANT_TTL_S = 120.0
 
-    def __init__(self, ctx: Any) -> None:
-        self.ctx = ctx
+    def __init__(
+        self,
+        host: DialHost,
+        stop: threading.Event,
+        *,
+        local: bool = False,
+        on_dialed: Callable[[], None] | None = None,
+    ) -> None:
+        self.host = host
+        self.stop = stop
+        self.on_dialed = on_dialed
         self._want: OrderedDict[str, tuple[float, tuple[str, ...]]] = OrderedDict()
         self._tried: dict[str, float] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self.local = bool(getattr(ctx.config, "local_network", False))
+        self.local = local
 
     def offer(self, peer_id: str, addrs: tuple[str, ...]) -> None:
-        if peer_id == self.ctx.net.peer_id:
+        if peer_id == self.host.peer_id:
             return
         usable = tuple(a for a in addrs if _dialable(a, self.local))[:4]
         if not usable:
@@ -58,12 +81,11 @@ class Dialer:
             self._want.popitem(last=False)
 
     def run(self) -> None:
-        ctx = self.ctx
-        while not ctx.stop.is_set():
+        while not self.stop.is_set():
             self._wake.wait(1.0)
             self._wake.clear()
             try:
-                connected = {p.peer_id for p in ctx.net.peers() if p.connected}
+                connected = {p.peer_id for p in self.host.peers() if p.connected}
             except Exception:
                 continue
             with self._lock:
@@ -71,7 +93,7 @@ class Dialer:
                 todo = [(p, a) for p, (_, a) in reversed(self._want.items()) if p not in connected]
             now = time.monotonic()
             for peer_id, addrs in todo:
-                if ctx.stop.is_set() or len(connected) >= self.MAX_PEERS:
+                if self.stop.is_set() or len(connected) >= self.MAX_PEERS:
                     break
                 if now - self._tried.get(peer_id, -1e9) < self.RETRY_S:
                     continue
@@ -79,9 +101,10 @@ class Dialer:
                 for a in addrs:
                     full = a if "/p2p/" in a else f"{a}/p2p/{peer_id}"
                     try:
-                        ctx.net.connect(full, timeout=5.0)
+                        self.host.connect(full, timeout=5.0)
                         connected.add(peer_id)
-                        ctx.status.incr("peers_dialed")
+                        if self.on_dialed is not None:
+                            self.on_dialed()
                         break
                     except Exception as e:
                         log.debug("dial %s failed: %r", full, e)

@@ -19,6 +19,7 @@ from p2prl.crypto.keys import Identity
 from p2prl.net.store import BlobStore
 from p2prl.node.config import NodeConfig
 from p2prl.node.genesis import SignedGenesis
+from p2prl.node.port import NetPort
 from p2prl.node.pump import Handler, Pump
 from p2prl.node.status import NodeStatus
 from p2prl.protocol.blobs import BlobRef
@@ -38,7 +39,7 @@ class NodeContext:
     genesis: SignedGenesis
     identity: Identity
     store: BlobStore
-    net: Any  # p2prl.net.P2PNode
+    net: NetPort  # p2prl.net.node.P2PNode when started by build_context
     status: NodeStatus
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)

@@ -38,7 +38,9 @@ class Pump:
         self.holds = holds
         self.version = version
         self._last_hb = 0.0
-        self.dialer = Dialer(ctx)
+        self.dialer = Dialer(
+            ctx.net, ctx.stop, local=ctx.config.local_network, on_dialed=lambda: ctx.status.incr("peers_dialed")
+        )
 
     def run(self) -> None:
         ctx = self.ctx
