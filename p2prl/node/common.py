@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from p2prl.node.context import NodeContext, NodeStartError
-from p2prl.node.manifests import ManifestBook
 from p2prl.node.weights import Weights, load_base_model, load_saved_weights
+from p2prl.patch.manifests import ManifestBook
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from p2prl.node.context import NodeContext
-from p2prl.node.manifests import ManifestBook
 from p2prl.node.weights import Weights, save_weights
 from p2prl.patch.errors import PatchError
 from p2prl.patch.hashing import weights_hash
+from p2prl.patch.manifests import ManifestBook
 from p2prl.protocol.messages import PatchManifest
 
 log = logging.getLogger(__name__)

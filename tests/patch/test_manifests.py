@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from p2prl.crypto.keys import Identity
-from p2prl.node.manifests import ManifestBook
+from p2prl.patch.manifests import ManifestBook
 from p2prl.protocol.blobs import blob_ref_for
 from p2prl.protocol.messages import PatchManifest, encode_message
 
