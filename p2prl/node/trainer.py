@@ -120,7 +120,7 @@ class Trainer:
             close()
 
     def holds(self) -> list[str]:
-        return [*(a.id for a in self.ctx.g.assets), *[m.blob.id for m in self.chain.index.all()][-64:]]
+        return [*(a.id for a in self.ctx.g.assets), *[m.blob.id for m in self.chain.manifests.all()][-64:]]
 
     def start(self) -> None:
         intake = self.intake

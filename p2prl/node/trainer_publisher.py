@@ -136,7 +136,6 @@ class Publisher:
 
     def recent_envelopes(self) -> list[bytes]:
         """The newest anchor's manifest and every manifest after it: all a late joiner needs."""
-        env = dict(self.chain.envelopes)
-        anchors = [v for v, k in env if k == "anchor"]
-        floor = max(anchors, default=0)
-        return [e for (v, _k), e in sorted(env.items()) if v >= floor][-64:]
+        manifests = self.chain.manifests
+        anchors = [m.version for m in manifests.all() if m.kind == "anchor"]
+        return manifests.envelopes(since=max(anchors, default=0))[-64:]
