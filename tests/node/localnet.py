@@ -22,21 +22,39 @@ from p2prl.net.identity import peer_id_for
 from p2prl.net.node import PeerInfo
 from p2prl.net.store import BlobStore
 from p2prl.net.swarm import FetchError
+from p2prl.node.config import NodeConfig
+from p2prl.node.context import NodeContext
+from p2prl.node.genesis import SignedGenesis
+from p2prl.node.netsettings import allowed_signers
+from p2prl.node.status import NodeStatus
 from p2prl.protocol.blobs import BlobRef
 
 
 class LocalHub:
-    """The members of one in-process network."""
+    """The members of one in-process network, with the genesis' rule of who may sign what."""
 
-    def __init__(self, network_id: str, allowed_signers: dict[str, set[bytes]] | None = None) -> None:
-        self.network_id = network_id
-        self.allowed_signers = allowed_signers
+    def __init__(self, genesis: SignedGenesis) -> None:
+        self.genesis = genesis
+        self.network_id = genesis.network_id
+        self.allowed_signers = allowed_signers(genesis)
         self.members: list[LocalHost] = []
 
     def join(self, identity: Identity, store: BlobStore) -> LocalHost:
         host = LocalHost(self, identity, store)
         self.members.append(host)
         return host
+
+    def context(self, role: str, identity: Identity, data_dir: Path) -> NodeContext:
+        """A node's context on this network (its store under ``data_dir``), as build_context makes one."""
+        store = BlobStore(data_dir / "blobs")
+        return NodeContext(
+            NodeConfig(role=role, data_dir=data_dir),  # type: ignore[arg-type]
+            self.genesis,
+            identity,
+            store,
+            self.join(identity, store),
+            NodeStatus(role, identity.public_hex, self.network_id),
+        )
 
 
 class LocalHost:

@@ -17,11 +17,7 @@ from localnet import LocalHost, LocalHub
 from p2prl.crypto.keys import Identity
 from p2prl.net.store import BlobStore
 from p2prl.net.topics import topic
-from p2prl.node.config import NodeConfig
-from p2prl.node.context import NodeContext
 from p2prl.node.netinit import NetworkSpec, genesis_from_spec
-from p2prl.node.netsettings import allowed_signers
-from p2prl.node.status import NodeStatus
 from p2prl.node.trainer_intake import RolloutIntake
 from p2prl.proof.batch import GroupRecord, RolloutBatch, RolloutRecord, commitment_root, encode_batch
 from p2prl.proof.validate import FINGERPRINT, OK, STALE, BatchVerdict, GroupVerdict, to_verdict
@@ -36,17 +32,8 @@ TRAINER, VALIDATOR, MINER, FORGER = (Identity.generate() for _ in range(4))
 class World:
     def __init__(self, tmp: Path) -> None:
         spec = NetworkSpec(network_id=NET, validators=[VALIDATOR.public_hex])
-        sg = genesis_from_spec(spec, TRAINER, MODEL)
-        self.hub = LocalHub(NET, allowed_signers(sg))
-        store = BlobStore(tmp / "trainer")
-        self.ctx = NodeContext(
-            NodeConfig(role="trainer", data_dir=tmp / "trainer"),
-            sg,
-            TRAINER,
-            store,
-            self.hub.join(TRAINER, store),
-            NodeStatus("trainer", TRAINER.public_hex, NET),
-        )
+        self.hub = LocalHub(genesis_from_spec(spec, TRAINER, MODEL))
+        self.ctx = self.hub.context("trainer", TRAINER, tmp / "trainer")
         self.miner = self.hub.join(MINER, BlobStore(tmp / "miner"))
         self.validator = self.hub.join(VALIDATOR, BlobStore(tmp / "validator"))
         self.forger = self.hub.join(FORGER, BlobStore(tmp / "forger"))
