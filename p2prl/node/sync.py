@@ -154,7 +154,7 @@ class WeightSync:
 
     def _poll_s3(self) -> None:
         """Pick up manifests from the S3 mirror (late joiners, lost gossip); all are verified."""
-        s3 = getattr(self.ctx.net, "s3", None)
+        s3 = self.ctx.net.s3
         now = time.monotonic()
         if s3 is None or now - self._last_s3 < S3_POLL_S:
             return
