@@ -17,6 +17,7 @@ from typing import Any
 
 from p2prl.crypto.keys import Identity
 from p2prl.net.store import BlobStore
+from p2prl.net.topics import topic
 from p2prl.node.config import NodeConfig
 from p2prl.node.genesis import SignedGenesis
 from p2prl.node.port import NetPort
@@ -57,8 +58,6 @@ class NodeContext:
         return self.config.data_dir
 
     def topic(self, kind: str) -> str:
-        from p2prl.net.topics import topic
-
         return topic(self.network_id, kind)
 
     def publish(self, kind: str, msg: Any) -> bool:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from p2prl.crypto.keys import Identity
 from p2prl.net.config import NetConfig
+from p2prl.net.identity import peer_id_for, peer_id_of_public_key
+from p2prl.net.s3 import S3Config
 from p2prl.node.config import NodeConfig
 from p2prl.node.genesis import SignedGenesis
 from p2prl.protocol.messages import Genesis, PatchManifest, Scores, Verdict
+from p2prl.protocol.sections import S3Spec
 
 
 def allowed_signers(sg: SignedGenesis) -> dict[str, set[bytes]]:
@@ -23,17 +25,15 @@ def allowed_signers(sg: SignedGenesis) -> dict[str, set[bytes]]:
     }
 
 
-def s3_config(cfg: NodeConfig, sg: SignedGenesis) -> Any:
+def s3_config(cfg: NodeConfig, sg: SignedGenesis) -> S3Config | None:
     """The S3 settings: genesis location, overridden by the node's own flags; None when disabled."""
     if not cfg.s3_enable:
         return None
-    from p2prl.protocol.sections import S3Spec
 
     g = sg.genesis.s3 or S3Spec()
     bucket = cfg.s3_bucket or g.bucket
     if not bucket:
         return None
-    from p2prl.net.s3 import S3Config
 
     endpoint = (cfg.s3_endpoint or g.endpoint) or None
     # credentials sign only requests to the endpoint this node's operator named, never to one that
@@ -69,13 +69,9 @@ def net_config(cfg: NodeConfig, sg: SignedGenesis, identity: Identity) -> NetCon
 def _reserved_providers(sg: SignedGenesis, identity: Identity) -> list[str]:
     """The peers every download asks, whatever else claims a blob: the trainer (it holds every patch)
     and the genesis validators (they hold every rollout batch they judged and every patch)."""
-    from p2prl.net.identity import peer_id_of_public_key
-
     keys = [sg.trainer_key, *sg.validator_keys]
     return [peer_id_of_public_key(k) for k in dict.fromkeys(keys) if k != identity.public_key]
 
 
 def _peer_suffix(identity: Identity) -> str:
-    from p2prl.net.identity import peer_id_for
-
     return "/p2p/" + peer_id_for(identity)

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from p2prl.crypto.keys import Identity, load_or_create_identity
+from p2prl.crypto.keys import Identity, KeyFileError, load_or_create_identity
 from p2prl.net.store import BlobStore
+from p2prl.net.topics import topic
 from p2prl.node.config import NodeConfig
 from p2prl.node.context import NodeContext, NodeStartError
-from p2prl.node.genesis import SignedGenesis, pin_genesis, read_genesis
+from p2prl.node.genesis import GenesisError, SignedGenesis, pin_genesis, read_genesis
 from p2prl.node.netsettings import net_config
 from p2prl.node.status import NodeStatus
 
 
 def load_genesis_for(cfg: NodeConfig) -> tuple[Identity, SignedGenesis]:
-    from p2prl.crypto.keys import KeyFileError
-    from p2prl.node.genesis import GenesisError
-
+    """The node's identity and its verified, pinned genesis; NodeStartError if its key cannot act
+    as its role there."""
     assert cfg.network is not None
     try:
         sg = read_genesis(cfg.network, cfg.trainer_key)
@@ -38,7 +38,7 @@ def load_genesis_for(cfg: NodeConfig) -> tuple[Identity, SignedGenesis]:
 
 def build_context(cfg: NodeConfig) -> NodeContext:
     """Verify genesis, load the identity, open the store and start the network host."""
-    from p2prl.net.node import P2PNode
+    from p2prl.net.node import P2PNode  # trio and libp2p load only when a host starts
 
     identity, sg = load_genesis_for(cfg)
     store = BlobStore(cfg.data_dir / "blobs", cfg.store_max_bytes)
@@ -56,11 +56,6 @@ def build_context(cfg: NodeConfig) -> NodeContext:
         "verdicts",
         "heartbeats",
     ):
-        net.subscribe(_topic(sg.network_id, t))
+        net.subscribe(topic(sg.network_id, t))
     return NodeContext(cfg, sg, identity, store, net, status)
 
-
-def _topic(network_id: str, kind: str) -> str:
-    from p2prl.net.topics import topic
-
-    return topic(network_id, kind)
