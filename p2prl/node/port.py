@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from p2prl.net.dialer import DialHost
 from p2prl.net.gossip import Incoming
 from p2prl.protocol.blobs import BlobRef
 
 
+@runtime_checkable
 class RolePort(Protocol):
     """What the roles use: gossip out, blobs in (from peers, S3 last) and blobs served."""
 
@@ -44,6 +45,7 @@ class RolePort(Protocol):
         """``peer_id`` says it holds ``blob_id``: ask it when fetching."""
 
 
+@runtime_checkable
 class NetPort(RolePort, DialHost, Protocol):
     """What the node adds to the roles' use: the pump's inbox and heartbeat facts, and shutdown."""
 
