@@ -18,9 +18,10 @@ from p2prl.crypto.keys import Identity, load_or_create_identity
 from p2prl.net.identity import peer_id_for
 from p2prl.node.common import generation_params, group_size, groups_per_batch, task_of
 from p2prl.node.config import NodeConfig
-from p2prl.node.context import NodeContext, build_context
+from p2prl.node.context import NodeContext
 from p2prl.node.genesis import write_genesis
 from p2prl.node.netinit import NetworkSpec, base_model_info, genesis_from_spec
+from p2prl.node.startup import build_context
 from p2prl.node.supervisor import free_port
 from p2prl.protocol.messages import RolloutAnnouncement, decode_message, encode_message
 

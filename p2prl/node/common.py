@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from p2prl.node.context import NodeContext, NodeStartError
-from p2prl.node.manifests import ManifestBook
 from p2prl.node.weights import Weights, load_base_model, load_saved_weights
+from p2prl.patch.manifests import ManifestStore
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class SyncedRole:
     """What a role that follows the trainer's chain starts with (miners and validators alike)."""
 
     dir: Path
-    book: ManifestBook
+    book: ManifestStore
     engine: Any  # p2prl.rl.engine.HFEngine
     tok: Any
     start: Weights
@@ -130,11 +130,11 @@ class SyncedRole:
 
 
 def open_synced_role(ctx: NodeContext, name: str) -> SyncedRole:
-    """The role's data directory, its manifest book, an engine and the weights to start from."""
+    """The role's data directory, its manifest store, an engine and the weights to start from."""
     from p2prl.rl.engine import HFEngine
 
     d = ctx.data_dir / name
     d.mkdir(parents=True, exist_ok=True)
-    book = ManifestBook(ctx.network_id, ctx.genesis.trainer_key, d / "manifests")
+    book = ManifestStore(ctx.network_id, ctx.genesis.trainer_key, d / "manifests")
     model, tok, start = load_start(ctx, d / "weights")
     return SyncedRole(d, book, HFEngine(model, tok), tok, start)

@@ -35,14 +35,16 @@ def _start_roles(a: Arena) -> None:
     v, t = a.validator, a.trainer
     v.start()
     t.ctx.spawn_pump(
-        {RolloutAnnouncement.TYPE: t.on_announcement, Verdict.TYPE: t.on_verdict}, t.holds, lambda: t.version
+        {RolloutAnnouncement.TYPE: t.intake.on_announcement, Verdict.TYPE: t.intake.on_verdict},
+        t.holds,
+        lambda: t.version,
     )
-    t.ctx.spawn("fetch", t.fetch_loop)
+    t.ctx.spawn("fetch", t.intake.run)
 
 
 def _released(t: Any, key: tuple[str, str]) -> bool:
-    with t.intake_lock:
-        return key in t.intake.done and not t.intake.done[key]
+    with t.intake.lock:
+        return key in t.intake.policy.done and not t.intake.policy.done[key]
 
 
 def _junk(n: int, squat: RolloutAnnouncement | None) -> RolloutAnnouncement:
@@ -65,7 +67,7 @@ def _attack(
     """One attacker host, in its own process: junk announcements at ``rate`` per second from ``keys``
     keys for ``seconds``; every second one squats the latest honest announcement it has seen."""
     from p2prl.node.config import NodeConfig
-    from p2prl.node.context import build_context
+    from p2prl.node.startup import build_context
 
     ctx = build_context(
         NodeConfig(
@@ -119,7 +121,7 @@ def _inject(
     while not stop.is_set():
         item = delivered(ids[sent % keys], _junk(sent, latest[-1]))
         a.validator.on_announcement(item)
-        a.trainer.on_announcement(item)
+        a.trainer.intake.on_announcement(item)
         sent += 1
         stop.wait(max(0.0, t0 + sent / rate - time.monotonic()))
     counts.append(sent)

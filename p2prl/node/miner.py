@@ -84,13 +84,6 @@ class Miner:
         return w.hash
 
     # -- handlers (pump thread) -------------------------------------------------------
-    def on_manifest(self, item: Any) -> None:
-        try:
-            self.book.add(item.envelope.raw)
-        except ValueError as e:
-            self.ctx.status.incr_label("dropped", "manifest")
-            log.warning("manifest dropped: %s", e)
-
     def on_verdict(self, item: Any) -> None:
         v: Verdict = item.message
         if v.miner != self.ctx.identity.public_hex:
@@ -204,7 +197,7 @@ class Miner:
 
     def start(self) -> None:
         self.ctx.spawn_pump(
-            {PatchManifest.TYPE: self.on_manifest, Verdict.TYPE: self.on_verdict, "scores": self.on_scores},
+            {PatchManifest.TYPE: self.sync.on_manifest, Verdict.TYPE: self.on_verdict, "scores": self.on_scores},
             self.holds,
             lambda: self.active.version,
         )

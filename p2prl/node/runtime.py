@@ -13,8 +13,9 @@ import threading
 from typing import Any
 
 from p2prl.node.config import NodeConfig
-from p2prl.node.context import NodeContext, NodeStartError, build_context
+from p2prl.node.context import NodeContext, NodeStartError
 from p2prl.node.http import StatusServer
+from p2prl.node.startup import build_context
 
 log = logging.getLogger(__name__)
 

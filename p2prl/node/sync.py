@@ -15,12 +15,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from p2prl.node.context import NodeContext
-from p2prl.node.manifests import ManifestBook
 from p2prl.node.weights import Weights, save_weights
 from p2prl.patch.errors import PatchError
 from p2prl.patch.hashing import weights_hash
+from p2prl.patch.manifests import ManifestError, ManifestStore
 from p2prl.protocol.messages import PatchManifest
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ class WeightSync:
     def __init__(
         self,
         ctx: NodeContext,
-        book: ManifestBook,
+        book: ManifestStore,
         start: Weights,
         weights_dir: Path,
         *,
@@ -79,6 +80,14 @@ class WeightSync:
             self.ctx.status.set(version=out[-1].version, weights_hash=out[-1].hash)
             self._set_state()
         return out
+
+    def on_manifest(self, item: Any) -> None:
+        """Pump handler: a gossiped manifest, kept if the trainer signed it and it conflicts with none held."""
+        try:
+            self.book.add(item.envelope.raw)
+        except ManifestError as e:
+            self.ctx.status.incr_label("dropped", "manifest")
+            log.warning("manifest dropped: %s", e)
 
     def target_version(self) -> int:
         m = self.book.newest()
@@ -145,7 +154,7 @@ class WeightSync:
 
     def _poll_s3(self) -> None:
         """Pick up manifests from the S3 mirror (late joiners, lost gossip); all are verified."""
-        s3 = getattr(self.ctx.net, "s3", None)
+        s3 = self.ctx.net.s3
         now = time.monotonic()
         if s3 is None or now - self._last_s3 < S3_POLL_S:
             return

@@ -138,13 +138,6 @@ class Validator:
         )
 
     # -- pump thread ----------------------------------------------------------------------
-    def on_manifest(self, item: Any) -> None:
-        try:
-            self.book.add(item.envelope.raw)
-        except ValueError as e:
-            self.ctx.status.incr_label("dropped", "manifest")
-            log.warning("manifest dropped: %s", e)
-
     def on_announcement(self, item: Any) -> None:
         with self.jq_cond:
             evicted = self.jq.evicted
@@ -317,7 +310,7 @@ class Validator:
 
     def start(self) -> None:
         self.ctx.spawn_pump(
-            {PatchManifest.TYPE: self.on_manifest, RolloutAnnouncement.TYPE: self.on_announcement},
+            {PatchManifest.TYPE: self.sync.on_manifest, RolloutAnnouncement.TYPE: self.on_announcement},
             self.holds,
             lambda: self.current.version,
         )

@@ -18,11 +18,13 @@ from p2prl.patch.codec import (
 from p2prl.patch.errors import PatchError
 from p2prl.patch.format import CODEC
 from p2prl.patch.hashing import weights_hash, weights_hash_file
+from p2prl.patch.manifests import ManifestError, ManifestStore, manifest_file_name, open_manifest
 
 __all__ = [
     "CODEC",
-    "ChainIndex",
     "ChainPublisher",
+    "ManifestError",
+    "ManifestStore",
     "PatchApplier",
     "PatchEncoder",
     "PatchError",
@@ -33,6 +35,7 @@ __all__ = [
     "encode_patch",
     "inspect_patch",
     "iter_patch",
+    "manifest_file_name",
     "materialize",
     "open_manifest",
     "plan_sync",
@@ -42,12 +45,10 @@ __all__ = [
 ]
 
 _CHAIN = {
-    "ChainIndex",
     "ChainPublisher",
     "Published",
     "PublishedVersion",
     "materialize",
-    "open_manifest",
     "plan_sync",
     "retention",
 }

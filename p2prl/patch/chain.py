@@ -13,12 +13,10 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from p2prl.atomicfile import write_atomic
-from p2prl.crypto.envelope import EnvelopeError
 from p2prl.crypto.keys import Identity
 from p2prl.net.store import BlobStore, StoreError
 from p2prl.patch.anchors import ANCHOR_CODEC, decode_anchor, encode_anchor
@@ -26,9 +24,9 @@ from p2prl.patch.codec import PatchApplier, PatchEncoder
 from p2prl.patch.errors import PatchError
 from p2prl.patch.format import CODEC
 from p2prl.patch.hashing import weights_hash
+from p2prl.patch.manifests import ManifestStore
 from p2prl.protocol.blobs import DEFAULT_CHUNK_SIZE, blob_ref_for
-from p2prl.protocol.fields import MessageError
-from p2prl.protocol.messages import PatchManifest, decode_message, encode_message
+from p2prl.protocol.messages import PatchManifest, encode_message
 
 STATE_FILE = "chain.json"
 
@@ -75,40 +73,21 @@ class PublishedVersion:
         return self.primary.blob
 
 
-def open_manifest(data: bytes, network: str, trainer: bytes) -> PatchManifest:
-    """Verify a manifest envelope signed by the pinned trainer key; PatchError otherwise."""
-    try:
-        _, msg = decode_message(
-            data, network, expected_type=PatchManifest.TYPE, allowed_signers=frozenset({trainer})
-        )
-    except (EnvelopeError, MessageError) as e:
-        raise PatchError(f"manifest rejected: {e}") from None
-    assert isinstance(msg, PatchManifest)
-    return msg
-
-
 # -- indexing and planning ---------------------------------------------------------------------
 
 
-class ChainIndex:
-    """Verified manifests by version and kind (at most one delta and one anchor per version)."""
+class _Links:
+    """A planning view of verified manifests: at most one delta and one anchor per version."""
 
-    def __init__(self, manifests: Iterable[PatchManifest] = ()) -> None:
+    def __init__(self, manifests: Iterable[PatchManifest]) -> None:
         self.deltas: dict[int, PatchManifest] = {}
         self.anchors: dict[int, PatchManifest] = {}
         for m in manifests:
-            self.add(m)
-
-    def add(self, m: PatchManifest) -> None:
-        table = self.deltas if m.kind == "delta" else self.anchors
-        old = table.get(m.version)
-        if old is not None and old.result_hash != m.result_hash:
-            raise PatchError(f"two {m.kind} manifests for version {m.version} disagree")
-        table[m.version] = m
-
-    def remove(self, version: int) -> None:
-        self.deltas.pop(version, None)
-        self.anchors.pop(version, None)
+            table = self.deltas if m.kind == "delta" else self.anchors
+            old = table.get(m.version)
+            if old is not None and old.result_hash != m.result_hash:
+                raise PatchError(f"two {m.kind} manifests for version {m.version} disagree")
+            table[m.version] = m
 
     @property
     def newest(self) -> int | None:
@@ -134,9 +113,13 @@ class ChainIndex:
         return out
 
 
-def _as_index(manifests: ChainIndex | Iterable[PatchManifest] | Mapping[int, Any]) -> ChainIndex:
-    if isinstance(manifests, ChainIndex):
-        return manifests
+Manifests = ManifestStore | Iterable[PatchManifest] | Mapping[int, PatchManifest | Sequence[PatchManifest]]
+
+
+def _links(manifests: Manifests) -> _Links:
+    """A consistent snapshot to plan on (a store may gain manifests meanwhile)."""
+    if isinstance(manifests, ManifestStore):
+        return _Links(manifests.all())
     items: list[PatchManifest] = []
     values = manifests.values() if isinstance(manifests, Mapping) else manifests
     for v in values:
@@ -144,7 +127,7 @@ def _as_index(manifests: ChainIndex | Iterable[PatchManifest] | Mapping[int, Any
             items.append(v)
         else:
             items.extend(v)
-    return ChainIndex(items)
+    return _Links(items)
 
 
 def _cost(plan: Sequence[PatchManifest]) -> int:
@@ -154,7 +137,7 @@ def _cost(plan: Sequence[PatchManifest]) -> int:
 def plan_sync(
     have_version: int | None,
     have_hash: str | None,
-    manifests: ChainIndex | Iterable[PatchManifest] | Mapping[int, PatchManifest | Sequence[PatchManifest]],
+    manifests: Manifests,
     target: int,
 ) -> list[PatchManifest]:
     """The manifests to apply, in order, to reach ``target``; [] when already there.
@@ -163,7 +146,7 @@ def plan_sync(
     hash there. Slow path: the newest anchor at or below ``target`` plus the deltas after it;
     taken on a gap, a hash mismatch, no current state, or when it moves fewer bytes.
     """
-    index = _as_index(manifests)
+    index = _links(manifests)
     if target < 0:
         raise PatchError("target version must be non-negative")
     if have_version == target and have_hash is not None and index.hash_at(target) in (None, have_hash):
@@ -237,9 +220,7 @@ def materialize(
 # -- retention ---------------------------------------------------------------------------------
 
 
-def retention(
-    manifests: ChainIndex | Iterable[PatchManifest], keep_versions: int
-) -> tuple[set[str], set[str]]:
+def retention(manifests: Manifests, keep_versions: int) -> tuple[set[str], set[str]]:
     """(blob ids to keep, blob ids that may be deleted) when serving the newest ``keep_versions``.
 
     Kept: every delta and anchor from the newest anchor at or below the oldest retained version
@@ -247,7 +228,7 @@ def retention(
     """
     if keep_versions < 1:
         raise ValueError("keep_versions must be at least 1")
-    index = _as_index(manifests)
+    index = _links(manifests)
     newest = index.newest
     if newest is None:
         return set(), set()
@@ -269,9 +250,10 @@ class ChainPublisher:
     """The trainer's side: signs and stores one version per ``publish``.
 
     Persists under ``root``: ``chain.json`` (the commit point: network, trainer, newest version
-    and hash), ``manifests/<version>-<kind>.env`` (signed envelopes) and the blobs, in ``store``
-    (default ``root/blobs``), pinned while retained. A restarted publisher rebuilds its last
-    state from its newest anchor and deltas and continues at the next version, never reusing one.
+    and hash), ``manifests/`` (the signed envelopes, a :class:`ManifestStore`) and the blobs, in
+    ``store`` (default ``root/blobs``), pinned while retained. A restarted publisher rebuilds its
+    last state from its newest anchor and deltas and continues at the next version, never
+    reusing one; manifests signed after the last commit point are discarded and signed again.
     """
 
     def __init__(
@@ -296,19 +278,26 @@ class ChainPublisher:
         self.zstd_level = zstd_level
         self.keep_versions = keep_versions
         self.store = store or BlobStore(self.root / "blobs", max_bytes=1 << 62)
-        self.index = ChainIndex()
-        self.envelopes: dict[tuple[int, str], bytes] = {}
         self.version: int | None = None
         self.result_hash: str | None = None
         self._state: dict[str, torch.Tensor] | None = None
-        self._resume()
+        self.manifests = self._resume()
 
     # persistence
 
-    def _resume(self) -> None:
+    def _open_manifests(self) -> ManifestStore:
+        """The publisher's manifests (only after its state file named this network and key: the
+        store drops, from disk too, every envelope that does not verify against them)."""
+        # retention keeps at most keep_versions + anchor_interval versions, two manifests at anchors
+        capacity = 2 * (self.keep_versions + self.anchor_interval) + 4
+        return ManifestStore(self.network, self.identity.public_key, self.root / "manifests", capacity)
+
+    def _resume(self) -> ManifestStore:
         path = self.root / STATE_FILE
         if not path.exists():
-            return
+            manifests = self._open_manifests()
+            manifests.discard_after(-1)  # signed before the first commit: signed again
+            return manifests
         try:
             meta = json.loads(path.read_text())
             version, result_hash = int(meta["version"]), str(meta["result_hash"])
@@ -317,17 +306,15 @@ class ChainPublisher:
             raise PatchError(f"{path} is unreadable: {e}") from None
         if network != self.network or trainer != self.identity.public_hex:
             raise PatchError(f"{path} belongs to another network or trainer key")
-        for f in sorted((self.root / "manifests").glob("*.env")):
-            m = open_manifest(f.read_bytes(), self.network, self.identity.public_key)
-            if m.version <= version:
-                self.index.add(m)
-                self.envelopes[(m.version, m.kind)] = f.read_bytes()
-        plan = plan_sync(None, None, self.index, version)
+        manifests = self._open_manifests()
+        manifests.discard_after(version)
+        plan = plan_sync(None, None, manifests, version)
         if not plan or plan[-1].result_hash != result_hash:
             raise PatchError(f"cannot rebuild version {version} from {self.root}")
         self._state = materialize(None, plan, self.store.get)
         self.version, self.result_hash = version, result_hash
-        self.store.pin(m.blob.id for m in self.index.all())
+        self.store.pin(m.blob.id for m in manifests.all())
+        return manifests
 
     def _commit(self) -> None:
         meta = {
@@ -345,8 +332,7 @@ class ChainPublisher:
         env = encode_message(self.identity, self.network, m)
         self.store.put(blob, expected_id=m.blob.id)
         self.store.pin([m.blob.id])
-        (self.root / "manifests").mkdir(parents=True, exist_ok=True)
-        write_atomic(self.root / "manifests" / f"{m.version:012d}-{m.kind}.env", env)
+        self.manifests.add(env)
         return Published(manifest=m, envelope=env, blob=blob)
 
     def publish(self, state: Mapping[str, torch.Tensor]) -> PublishedVersion:
@@ -387,23 +373,14 @@ class ChainPublisher:
                 anchor_version=v,
             )
             anchor = self._sign(m, blob)
-        for p in (delta, anchor):
-            if p is not None:
-                self.index.add(p.manifest)
-                self.envelopes[(v, p.manifest.kind)] = p.envelope
         self.version, self.result_hash, self._state = v, result_hash, snapshot
         self._commit()
         return PublishedVersion(version=v, result_hash=result_hash, delta=delta, anchor=anchor)
 
     def prune(self) -> set[str]:
         """Apply retention to the publisher's own store and manifests; returns deleted blob ids."""
-        keep, drop = retention(self.index, self.keep_versions)
-        for m in self.index.all():
-            if m.blob.id in drop:
-                table = self.index.deltas if m.kind == "delta" else self.index.anchors
-                table.pop(m.version, None)
-                self.envelopes.pop((m.version, m.kind), None)
-                (self.root / "manifests" / f"{m.version:012d}-{m.kind}.env").unlink(missing_ok=True)
+        keep, drop = retention(self.manifests, self.keep_versions)
+        self.manifests.discard([(m.version, m.kind) for m in self.manifests.all() if m.blob.id in drop])
         self.store.unpin(drop)
         for blob_id in drop:
             self.store.delete(blob_id)

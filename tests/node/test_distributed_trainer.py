@@ -136,8 +136,8 @@ def test_sharded_trainer_publishes_resumes_and_dies_cleanly(make_net, wait_for) 
     chain = _chain(data, net)
     assert chain.version is not None and chain.version > head
     # ... and each patch is byte-identical to the one a single process writes for the same weights
-    last = chain.index.deltas[chain.version]
-    prev = materialize(None, plan_sync(None, None, chain.index, chain.version - 1), chain.store.get)
+    last = chain.manifests.get(chain.version, "delta")
+    prev = materialize(None, plan_sync(None, None, chain.manifests, chain.version - 1), chain.store.get)
     assert chain.state is not None
     enc = PatchEncoder(prev, chain.state, zstd_level=chain.zstd_level, base_hash=last.base_hash)
     assert b"".join(enc.segments()) == chain.store.get(last.blob.id)

@@ -52,7 +52,7 @@ def test_blob_id_squatting(arena: Arena) -> None:
     _, ann = arena.mine(honest)
     theirs = arena.announce(squatter, dataclasses.replace(ann, created_ms=ann.created_ms + 1))
     mine = arena.announce(honest, ann)
-    t = arena.trainer
+    t = arena.trainer.intake
     t.on_announcement(mine)
     t.on_announcement(theirs)  # at the trainer the squatter's copy arrives last
     for v in arena.validators:
@@ -102,7 +102,7 @@ def test_forced_rejudgement(arena: Arena) -> None:
 def test_hard_failure_vetoes(arena: Arena) -> None:
     """Item 9: one validator accepts, the other finds a hard failure: the trainer must not train on it."""
     miner = Identity.generate()
-    t, v1 = arena.trainer, arena.validators[0]
+    t, v1 = arena.trainer.intake, arena.validators[0]
     _, ann = arena.mine(miner)
     item = arena.announce(miner, ann)
     t.on_announcement(item)
@@ -121,7 +121,7 @@ def test_announcement_cache_flood(arena: Arena) -> None:
     """Item 12: junk announcements from one key and from many keys must not evict an honest
     miner's announcement before its verdicts arrive."""
     honest, flooder = Identity.generate(), Identity.generate()
-    t = arena.trainer
+    t = arena.trainer.intake
     _, first = arena.mine(honest)  # the miner's earlier batch, accepted and used
     it = arena.announce(honest, first)
     t.on_announcement(it)

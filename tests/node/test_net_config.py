@@ -8,8 +8,8 @@ from pathlib import Path
 from p2prl.crypto.keys import Identity
 from p2prl.net.identity import peer_id_for
 from p2prl.node.config import NodeConfig
-from p2prl.node.context import net_config
 from p2prl.node.netinit import NetworkSpec, base_model_info, genesis_from_spec
+from p2prl.node.netsettings import net_config
 
 
 def test_net_config_per_role(tmp_path: Path, model_cache: Path) -> None:

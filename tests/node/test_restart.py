@@ -46,7 +46,7 @@ def test_trainer_restart_resumes_chain(make_net, wait_for) -> None:
         assert weights_hash(t.role.chain.state) == head
         t.role.pause()
         assert publish_next(t, 3) == 3  # the next version, never a reused one
-        m = t.role.chain.index.deltas[3]
+        m = t.role.chain.manifests.get(3, "delta")
         assert m.base_hash == head and m.base_version == 2
         assert t.ctx.status.snapshot()["version"] == 3
     finally:

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from p2prl.net.node import FetchError
-from p2prl.node.context import build_context, rollout_blob_bound
+from p2prl.node.context import rollout_blob_bound
+from p2prl.node.startup import build_context
 from p2prl.protocol.blobs import BlobRef
 
 MIB = 1024 * 1024

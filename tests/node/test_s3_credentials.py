@@ -14,8 +14,8 @@ from genesiskit import MODEL
 from p2prl.crypto.keys import Identity
 from p2prl.net.s3 import S3Mirror
 from p2prl.node.config import NodeConfig
-from p2prl.node.context import s3_config
 from p2prl.node.netinit import NetworkSpec, genesis_from_spec
+from p2prl.node.netsettings import s3_config
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from p2prl.net.node import P2PNode
 from p2prl.net.store import BlobStore
-from p2prl.node.context import build_context
+from p2prl.node.startup import build_context
 from p2prl.node.trainer import Trainer
 from p2prl.proof.validate import OK, BatchVerdict, GroupVerdict, to_verdict
 from p2prl.protocol import encode_message

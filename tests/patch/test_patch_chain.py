@@ -4,11 +4,12 @@ from patch_testutil import bits_equal, perturb, random_state
 
 from p2prl.crypto.keys import Identity
 from p2prl.net.store import BlobStore
-from p2prl.patch.chain import ChainIndex, ChainPublisher, materialize, open_manifest, plan_sync, retention
+from p2prl.patch.chain import ChainPublisher, materialize, plan_sync, retention
 from p2prl.patch.errors import PatchError
 from p2prl.patch.hashing import weights_hash
+from p2prl.patch.manifests import ManifestError, ManifestStore, open_manifest
 from p2prl.protocol.blobs import MIN_CHUNK_SIZE
-from p2prl.protocol.messages import PatchManifest
+from p2prl.protocol.messages import PatchManifest, encode_message
 
 NET = "testnet"
 SHAPES = {"w": (48, 40), "b": (40,), "n": (40,)}
@@ -38,10 +39,10 @@ class Node:
 
     def __init__(self, root, published):
         self.store = BlobStore(root)
-        self.index = ChainIndex()
+        self.index = ManifestStore(NET, TRAINER.public_key)
         for pv in published:
             for p in pv.items:
-                self.index.add(open_manifest(p.envelope, NET, TRAINER.public_key))
+                self.index.add(p.envelope)
                 self.store.put(p.blob, expected_id=p.manifest.blob.id)
 
     def sync(self, have_version, have_hash, state, target):
@@ -87,7 +88,7 @@ def test_fast_path_slow_path_and_mismatch(tmp_path):
     plan, got = node.sync(5, weights_hash(bad), bad, 10)
     assert plan[0].kind == "anchor" and bits_equal(got, states[10])
     # a gap (delta 7 missing): slow path from anchor 8, and to 7 no path through the gap
-    node.index.deltas.pop(7)
+    node.index.discard([(7, "delta")])
     plan, got = node.sync(5, published[5].result_hash, states[5], 10)
     assert plan[0].version == 8 and bits_equal(got, states[10])
     plan, got = node.sync(5, published[5].result_hash, states[5], 6)
@@ -141,9 +142,9 @@ def test_materialize_rejects_bad_blobs_and_never_touches_its_start(tmp_path):
 def test_retention_keeps_every_retained_version_reachable(tmp_path, interval, keep, n):
     pub = _publisher(tmp_path / "t", anchor_interval=interval, keep_versions=keep)
     _, states = _run(pub, n)
-    keep_ids, drop_ids = retention(pub.index, keep)
+    keep_ids, drop_ids = retention(pub.manifests, keep)
     assert keep_ids.isdisjoint(drop_ids)
-    kept = ChainIndex(m for m in pub.index.all() if m.blob.id in keep_ids)
+    kept = [m for m in pub.manifests.all() if m.blob.id in keep_ids]
     for target in range(max(0, n - keep), n):
         plan = plan_sync(None, None, kept, target)
         assert plan[0].kind == "anchor" and all(m.blob.id in keep_ids for m in plan)
@@ -177,14 +178,17 @@ def test_restart_after_losing_its_blobs_refuses(tmp_path):
         _publisher(tmp_path / "t")
 
 
-def test_index_rejects_conflicting_manifests(tmp_path):
+def test_conflicting_manifests_are_refused(tmp_path):
     pub = _publisher(tmp_path / "t")
     published, _ = _run(pub, 3)
     m = published[2].delta.manifest
     forged = PatchManifest(**{**m.__dict__, "result_hash": "0" * 64})
-    idx = ChainIndex([m])
     with pytest.raises(PatchError, match="disagree"):
-        idx.add(forged)
+        plan_sync(None, None, [m, forged], 2)
+    # signed by the trainer key itself (a fork): the store refuses it, and so does the publisher's
+    with pytest.raises(ManifestError, match="conflicting"):
+        pub.manifests.add(encode_message(TRAINER, NET, forged))
+    assert pub.manifests.get(2) == m and pub.manifests.conflicts == 1
 
 
 def test_publish_copies_the_state(tmp_path):

@@ -6,28 +6,20 @@ from __future__ import annotations
 
 import threading
 import time
-from types import SimpleNamespace
 
-from p2prl.node.config import NodeConfig
-from p2prl.node.context import Dialer
-from p2prl.node.status import NodeStatus
+from p2prl.net.dialer import Dialer
 
 
-def dialer_for(net, **cfg: object) -> Dialer:
-    ctx = SimpleNamespace(
-        net=net,
-        config=NodeConfig(**cfg),
-        stop=threading.Event(),
-        status=NodeStatus("miner", "ab" * 32, "n"),  # type: ignore[arg-type]
-    )
-    return Dialer(ctx)  # type: ignore[arg-type]
+def dialer_for(net, local: bool = False, dialed: list[int] | None = None) -> Dialer:
+    count = dialed if dialed is not None else []
+    return Dialer(net, threading.Event(), local=local, on_dialed=lambda: count.append(1))
 
 
 def run_for(d: Dialer, seconds: float) -> None:
     t = threading.Thread(target=d.run)
     t.start()
     time.sleep(seconds)
-    d.ctx.stop.set()
+    d.stop.set()
     t.join(10)
 
 
@@ -41,10 +33,11 @@ def test_loopback_addresses_dialled_only_on_a_local_network(make_node) -> None:
     d.offer(target.peer_id, (*target.addrs, "/ip4/169.254.169.254/tcp/80"))
     run_for(d, 2.0)
     assert not connected(me, target)
-    local = dialer_for(me, local_network=True)
+    dialed: list[int] = []
+    local = dialer_for(me, local=True, dialed=dialed)
     local.offer(target.peer_id, tuple(target.addrs))
     run_for(local, 2.0)
-    assert connected(me, target)
+    assert connected(me, target) and dialed == [1]
 
 
 def test_want_list_is_an_expiring_lru(make_node) -> None:

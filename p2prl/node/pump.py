@@ -1,0 +1,98 @@
+"""The gossip pump every role runs: verified messages to the role's handlers, heartbeats out."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from p2prl.net.dialer import Dialer
+from p2prl.protocol.messages import Heartbeat
+
+if TYPE_CHECKING:
+    from p2prl.node.context import NodeContext
+
+log = logging.getLogger(__name__)
+
+
+Handler = Callable[[Any], None]
+
+
+class Pump:
+    """Reads verified gossip and dispatches by envelope type; also sends heartbeats.
+
+    Handlers run on the pump thread and must only enqueue work. Heartbeats from peers become
+    provider hints, so fetches ask the peers that actually hold a blob.
+    """
+
+    def __init__(
+        self,
+        ctx: NodeContext,
+        handlers: dict[str, Handler],
+        holds: Callable[[], list[str]],
+        version: Callable[[], int],
+    ) -> None:
+        self.ctx = ctx
+        self.handlers = handlers
+        self.holds = holds
+        self.version = version
+        self._last_hb = 0.0
+        self.dialer = Dialer(
+            ctx.net, ctx.stop, local=ctx.config.local_network, on_dialed=lambda: ctx.status.incr("peers_dialed")
+        )
+
+    def run(self) -> None:
+        ctx = self.ctx
+        ctx.spawn("dial", self.dialer.run)
+        while not ctx.stop.is_set():
+            for item in ctx.net.poll(timeout=0.5):
+                t = item.envelope.type
+                if t == Heartbeat.TYPE:
+                    self._on_heartbeat(item)
+                h = self.handlers.get(t)
+                if h is None:
+                    continue
+                try:
+                    h(item)
+                except Exception as e:  # one bad message never stops the pump
+                    ctx.status.incr_label("handler_error", t)
+                    log.warning("handler for %s failed: %r", t, e)
+            now = time.monotonic()
+            if now - self._last_hb >= ctx.config.heartbeat_s:
+                self._last_hb = now
+                self._heartbeat()
+            self._refresh_status()
+
+    def _on_heartbeat(self, item: Any) -> None:
+        hb: Heartbeat = item.message
+        origin = getattr(item, "origin", item.from_peer)
+        if hb.peer_id != origin:
+            self.ctx.status.incr_label("dropped", "heartbeat_peer_mismatch")
+            return
+        for blob_id in hb.holds[:256]:
+            self.ctx.net.add_provider_hint(blob_id, hb.peer_id)
+        self.dialer.offer(hb.peer_id, hb.addrs)
+
+    def _heartbeat(self) -> None:
+        ctx = self.ctx
+        hb = Heartbeat(
+            role=ctx.config.role,
+            version=self.version(),
+            peer_id=ctx.net.peer_id,
+            addrs=tuple(ctx.net.advertised_addrs()[:16]),
+            holds=tuple(self.holds()[-256:]),
+            stats={k: int(v) for k, v in list(ctx.status.snapshot()["counters"].items())[:32]},
+        )
+        ctx.publish("heartbeats", hb)
+
+    def _refresh_status(self) -> None:
+        ctx = self.ctx
+        try:
+            peers = ctx.net.peers()
+            stats = ctx.net.stats()
+        except Exception:
+            return
+        ctx.status.set(peers=sum(1 for p in peers if p.connected), addrs=list(ctx.net.addrs))
+        for k in ("bytes_up", "bytes_down", "bytes_s3", "dropped", "bans"):
+            ctx.status.gauge(f"net_{k}", stats.get(k, 0))

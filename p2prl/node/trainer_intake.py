@@ -1,0 +1,131 @@
+"""The trainer's intake loop: announcements and verdicts in, accepted groups into the replay buffer.
+
+The pump thread hands it announcements and the genesis validators' verdicts (held and decided by
+``intake.Intake``: per signer, bounded; a hard failure from any one validator vetoes); the fetch
+threads take each released blob from the swarm, decode it strictly and put the accepted groups
+into the buffer (a blob is consumed once, whatever the number of verdicts).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from p2prl.node.context import NodeContext
+from p2prl.node.intake import Intake
+from p2prl.proof.validate import HARD_FAILURES
+from p2prl.protocol.messages import RolloutAnnouncement, Verdict
+
+log = logging.getLogger(__name__)
+
+FETCH_QUEUE = 256
+FETCH_THREADS = 4
+
+
+def batch_to_groups(data: bytes, accepted: set[int], miner_hex: str, version: int) -> list[Any]:
+    """The accepted groups of a rollout blob as RolloutGroups (strict decoder; header must match)."""
+    from p2prl.proof.batch import decode_batch
+    from p2prl.rl.types import Rollout, RolloutGroup
+
+    batch = decode_batch(data)
+    if batch.version != version or batch.miner.hex() != miner_hex:
+        raise ValueError("batch header does not match its announcement")
+    out = []
+    for gi, g in enumerate(batch.groups):
+        if gi not in accepted:
+            continue
+        rolls = [
+            Rollout(r.completion_ids.tolist(), r.logprobs.astype(float).tolist(), float(r.reward))
+            for r in g.rollouts
+        ]
+        out.append(RolloutGroup(g.prompt_ids.tolist(), rolls, batch.version, miner_hex))
+    return out
+
+
+class RolloutIntake:
+    """Pump handlers (``on_announcement``, ``on_verdict``) and the fetch loop (``run``).
+
+    ``buffer`` (under ``buffer_lock``) receives the accepted groups; ``version`` is the trainer's
+    current version, against which a released blob's staleness is judged once more after the wait.
+    """
+
+    def __init__(
+        self, ctx: NodeContext, buffer: Any, buffer_lock: threading.Lock, version: Callable[[], int]
+    ) -> None:
+        self.ctx = ctx
+        self.buffer = buffer
+        self.buffer_lock = buffer_lock
+        self.version = version
+        self.policy = Intake(len(ctx.genesis.validator_keys), HARD_FAILURES)
+        self.lock = threading.Lock()
+        self.fetch_q: queue.Queue[tuple[RolloutAnnouncement, str, set[int], str]] = queue.Queue(FETCH_QUEUE)
+
+    # -- pump thread ------------------------------------------------------------------------
+    def on_announcement(self, item: Any) -> None:
+        ann: RolloutAnnouncement = item.message
+        origin = getattr(item, "origin", item.from_peer)
+        with self.lock:
+            why = self.policy.announce(item.envelope.digest.hex(), ann, item.envelope.signer_hex, origin)
+        if why is not None:
+            self.ctx.status.incr_label("dropped", why)
+
+    def on_verdict(self, item: Any) -> None:
+        v: Verdict = item.message
+        if item.envelope.signer not in self.ctx.genesis.validator_keys:  # the net layer checks this too
+            self.ctx.status.incr_label("dropped", "verdict_signer")
+            return
+        self.ctx.status.incr("verdicts_received")
+        self.ctx.net.add_provider_hint(v.blob_id, getattr(item, "origin", item.from_peer))  # it holds the blob
+        with self.lock:
+            why = self.policy.verdict(item.envelope.signer_hex, v, time.monotonic())
+        if why == "verdict_veto":
+            self.ctx.status.incr("verdict_vetoes")
+        elif why is not None and why != "verdict_after_decision":
+            self.ctx.status.incr_label("dropped", why)
+        self._release()
+
+    def _release(self) -> None:
+        """Queue the blobs the intake has decided to use (pump and fetch threads both call this)."""
+        with self.lock:
+            jobs = self.policy.ready(time.monotonic())
+        for job in jobs:
+            try:
+                self.fetch_q.put_nowait((job.ann, job.miner, job.accepted, job.origin))
+            except queue.Full:
+                self.ctx.status.incr_label("dropped", "fetch_queue_full")
+
+    # -- fetch threads -------------------------------------------------------------------------
+    def run(self) -> None:
+        ctx = self.ctx
+        while not ctx.stop.is_set():
+            try:
+                ann, miner, accepted, origin = self.fetch_q.get(timeout=0.5)
+            except queue.Empty:
+                self._release()  # blobs whose wait for the other validators' verdicts is over
+                continue
+            if self.version() - ann.version > int(ctx.g.max_staleness):
+                ctx.status.incr_label("dropped", "stale_rollouts")
+                continue
+            try:
+                ctx.fetch_rollouts(ann.blob, origin, timeout=min(ctx.config.fetch_timeout_s, 20.0))
+                groups = batch_to_groups(ctx.store.get(ann.blob.id), accepted, miner, ann.version)
+            except Exception as e:
+                ctx.status.incr_label("rollout_fetch_failed", type(e).__name__)
+                log.warning("rollout blob %s unusable: %s", ann.blob.id[:12], e)
+                continue
+            with self.lock:  # the pump thread records verdicts meanwhile
+                vetoed = self.policy.vetoed(miner, ann.blob.id)
+            if vetoed:  # a hard failure arrived during the fetch
+                ctx.status.incr_label("dropped", "vetoed_rollouts")
+                continue
+            with self.buffer_lock:
+                for grp in groups:
+                    self.buffer.add(grp)
+            rewards = [r.reward for g in groups for r in g.rollouts]
+            ctx.status.add_reward(ann.version, sum(rewards), len(rewards))
+            ctx.status.incr("groups_consumed", len(groups))
+            ctx.status.incr("rollouts_consumed", len(rewards))

@@ -1,0 +1,115 @@
+"""The trainer's learner loop: sample the replay buffer, run a GRPO step, offer the new weights.
+
+The newest bf16 state goes to the publisher through a one-slot :class:`Mailbox`: if the publisher
+is busy, a newer state replaces the waiting one, so training never waits on publishing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from p2prl.node.context import NodeContext
+
+
+class Mailbox:
+    """A one-slot handoff where a newer item replaces an older one not yet taken."""
+
+    def __init__(self) -> None:
+        self._item: Any = None
+        self._cond = threading.Condition()
+
+    def put(self, item: Any) -> None:
+        with self._cond:
+            self._item = item
+            self._cond.notify_all()
+
+    def take(self, timeout: float) -> Any:
+        with self._cond:
+            if self._item is None:
+                self._cond.wait(timeout)
+            item, self._item = self._item, None
+            return item
+
+    @property
+    def empty(self) -> bool:
+        with self._cond:
+            return self._item is None
+
+
+class Learner:
+    """The train thread (``run``). ``version`` is the published version the buffer is sampled at;
+    ``published_at`` the monotonic time of the last publish (``min_publish_s`` counts from it)."""
+
+    def __init__(
+        self,
+        ctx: NodeContext,
+        grpo: Any,
+        buffer: Any,
+        buffer_lock: threading.Lock,
+        mailbox: Mailbox,
+        paused: threading.Event,
+        version: Callable[[], int],
+        published_at: Callable[[], float],
+    ) -> None:
+        self.ctx = ctx
+        self.grpo = grpo
+        self.buffer = buffer
+        self.buffer_lock = buffer_lock
+        self.mailbox = mailbox
+        self.paused = paused
+        self.version = version
+        self.published_at = published_at
+        self.batch_groups = ctx.config.train_batch_groups or ctx.g.generation.groups_per_batch
+        self.steps = 0
+        self._unpublished = False  # trained steps not yet handed to the publisher
+
+    def run(self) -> None:
+        ctx = self.ctx
+        cfg = ctx.config
+        while not ctx.stop.is_set():
+            version = self.version()
+            if self.paused.is_set() or (cfg.max_versions and version >= cfg.max_versions):
+                ctx.stop.wait(0.5)
+                continue
+            with self.buffer_lock:
+                self.buffer.evict(version)
+                size = len(self.buffer)
+                groups = self.buffer.sample(version, self.batch_groups) if size >= self.batch_groups else []
+            ctx.status.set(buffer_groups=size)
+            if not groups:
+                self._offer_state()  # a step held back by min_publish_s must not wait for new data
+                ctx.stop.wait(0.05 if self._unpublished else 0.2)
+                continue
+            for _ in range(cfg.train_epochs):
+                if ctx.stop.is_set() or not self._train_step(groups):
+                    break
+
+    def _train_step(self, groups: list[Any]) -> bool:
+        """One GRPO step on ``groups``; hands the new state to the publisher. False: nothing learned."""
+        ctx = self.ctx
+        t0 = time.monotonic()
+        stats = self.grpo.step(groups)
+        self.steps += 1
+        ctx.status.incr("train_steps")
+        ctx.status.gauge("train_step_ms", (time.monotonic() - t0) * 1000)
+        for k in ("loss", "clip_frac", "kl", "grad_norm", "reward_mean"):
+            if isinstance(stats.get(k), (int, float)):
+                ctx.status.gauge(f"train_{k}", float(stats[k]))
+        if stats.get("skipped"):
+            ctx.status.incr("train_steps_skipped")  # no group had reward variance: nothing learned
+            return False
+        self._unpublished = True
+        self._offer_state()
+        return True
+
+    def _offer_state(self) -> None:
+        """Hand the newest trained state to the publisher if it is free and min_publish_s has passed."""
+        if not self._unpublished or not self.mailbox.empty:
+            return
+        if time.monotonic() - self.published_at() < self.ctx.config.min_publish_s:
+            return
+        self._unpublished = False
+        self.mailbox.put(self.grpo.published_state())
