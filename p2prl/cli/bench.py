@@ -24,14 +24,14 @@ app.command("swarm-sim")(bench_swarm_sim)
 @app.command("memory")
 def bench_memory(
     sizes: str = typer.Option(
-        "s,m,l", "--sizes", help="Comma-separated sizes from p2prl.rl.membench.SHAPES."
+        "s,m,l", "--sizes", help="Comma-separated sizes from p2prl.bench.memory.SHAPES."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Peak RSS of each role's model work (miner, validator, trainer) against parameter count."""
     import json
 
-    from p2prl.rl.membench import run_memory_bench
+    from p2prl.bench.memory import run_memory_bench
 
     rows = run_memory_bench(tuple(s for s in sizes.split(",") if s))
     if as_json:

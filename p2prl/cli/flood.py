@@ -30,7 +30,7 @@ def bench_flood(
     ),
 ) -> None:
     """Honest batches judged per minute and their latency, without and with an announcement flood."""
-    from p2prl.node.floodbench import FloodSpec, run
+    from p2prl.bench.flood import FloodSpec, run
 
     def log(msg: str) -> None:
         if not as_json:

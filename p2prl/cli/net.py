@@ -161,7 +161,7 @@ def bench_fanout(
     nat: int = typer.Option(0, "--nat", min=0, help="Testbed: how many peers sit behind NAT routers."),
 ) -> None:
     """Benchmark swarm fan-out of one blob from a publisher to N peers (loopback, or the testbed)."""
-    from p2prl.net.bench import run_fanout, run_fanout_testbed
+    from p2prl.bench.fanout import run_fanout, run_fanout_testbed
 
     if testbed:
         res = run_fanout_testbed(

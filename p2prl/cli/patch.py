@@ -102,7 +102,7 @@ def bench_patch(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Benchmark the patch codec against the PULSE reference codec on AdamW-updated bf16 weights."""
-    from p2prl.patch.bench import run
+    from p2prl.bench.patch import run
 
     r = run(scale=scale, lr=lr, zstd_level=zstd_level, repeat=repeat, seed=seed, warmup=warmup, cache=cache)
     if as_json:
@@ -141,7 +141,7 @@ def bench_patch_cli(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Race `p2prl patch diff` against PULSE's numpy codec, each as a whole process, on the same files."""
-    from p2prl.patch.bench import cli_race
+    from p2prl.bench.patch import cli_race
 
     r = cli_race(scale=scale, repeat=repeat, cache=cache)
     if as_json:

@@ -26,7 +26,7 @@ def bench_proof(
     ),
 ) -> None:
     """Acceptance of honest and dishonest miners on two model configurations."""
-    from p2prl.proof.bench import run
+    from p2prl.bench.proof import run
 
     which = tuple(m.strip() for m in models.split(",") if m.strip())
     if not which or set(which) - {"tiny", "big"}:
@@ -77,7 +77,7 @@ def bench_honest(
     ),
 ) -> None:
     """Honest acceptance (the false-reject rate) across engine batch sizes, thread counts and devices."""
-    from p2prl.proof.bench import honest_acceptance
+    from p2prl.bench.proof import honest_acceptance
 
     result = honest_acceptance(
         cache_dir,

@@ -139,7 +139,7 @@ def bench_trainer(
     lr: float = typer.Option(1e-5, "--lr", help="AdamW learning rate."),
 ) -> None:
     """Step time, publish time and memory per rank of the ~24M-parameter learner; run under torchrun."""
-    from p2prl.rl.distbench import run
+    from p2prl.bench.trainer import run
 
     result = run(steps, groups, group_size, tokens, lr)
     if result is not None:

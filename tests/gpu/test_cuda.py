@@ -51,7 +51,7 @@ def test_grpo_published_state_is_cpu_bf16_and_matches_the_master(model_cache: Pa
 
 
 def _honest(miner_dev: str, validator_dev: str, model_cache: Path, n_batches: int) -> tuple[int, int]:
-    from p2prl.proof.bench import GROUP_SIZE, MINER_A, manifest_of, setups
+    from p2prl.bench.proof import GROUP_SIZE, MINER_A, manifest_of, setups
     from p2prl.proof.calibrate import calibrate
     from p2prl.proof.miner import mine_batch
     from p2prl.proof.validate import RolloutValidator, ValidatorConfig

@@ -1,12 +1,12 @@
-"""Test helpers over ``p2prl.node.arena``: drive the judging step and collect verdicts at the trainer."""
+"""Test helpers over ``p2prl.bench.arena``: drive the judging step and collect verdicts at the trainer."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from p2prl.bench.arena import Arena
 from p2prl.crypto.keys import Identity
-from p2prl.node.arena import Arena
 from p2prl.protocol.messages import Verdict
 
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import pytest
 from hostile import judge_all, verdicts_at_trainer
 
+from p2prl.bench.arena import Arena, delivered, make_arena
 from p2prl.crypto.keys import Identity
-from p2prl.node.arena import Arena, delivered, make_arena
 from p2prl.protocol.blobs import blob_ref_for
 from p2prl.protocol.messages import MAX_VERSION, RolloutAnnouncement
 

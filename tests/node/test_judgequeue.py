@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from p2prl.bench.arena import delivered
 from p2prl.crypto.keys import Identity
-from p2prl.node.arena import delivered
 from p2prl.node.judgequeue import GOOD, NEW, PENALIZED, JudgeQueue
 from p2prl.protocol.blobs import blob_ref_for
 from p2prl.protocol.messages import RolloutAnnouncement

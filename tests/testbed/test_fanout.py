@@ -3,7 +3,7 @@ publisher uploads the blob about once, and one transfer really runs at link spee
 
 from __future__ import annotations
 
-from p2prl.net.bench import run_fanout_testbed
+from p2prl.bench.fanout import run_fanout_testbed
 
 
 def test_fanout_on_rate_limited_links(nat_ok: None) -> None:

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from p2prl.bench.pulse_ref import pulse_apply, pulse_encode
 from p2prl.patch import intcode
 from p2prl.patch.codec import PatchEncoder, apply_patch
 from p2prl.patch.dtypes import uint_view
 from p2prl.patch.hashing import weights_hash
-from p2prl.patch.pulse_ref import pulse_apply, pulse_encode
 
 # Qwen2.5-0.5B: hidden 896, intermediate 4864, 24 layers, 14 query / 2 key-value heads of 64, vocab 151936
 QWEN05 = {"hidden": 896, "intermediate": 4864, "layers": 24, "kv": 128, "vocab": 151936}
@@ -313,7 +313,7 @@ def cli_race(
             "pulse_ref": [
                 sys.executable,
                 "-m",
-                "p2prl.patch.pulse_ref",
+                "p2prl.bench.pulse_ref",
                 "base.safetensors",
                 "new.safetensors",
                 "pulse.patch",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from p2prl.proof import grail_ref as G
+from p2prl.bench import grail_ref as G
 
 
 def test_buckets_are_signed_log_magnitudes() -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from proofkit import World
 from typer.testing import CliRunner
 
+from p2prl.bench.proof import CASES, GROUP_SIZE, ModelSetup, run_setup
 from p2prl.cli.main import app
-from p2prl.proof.bench import CASES, GROUP_SIZE, ModelSetup, run_setup
 from p2prl.rl.engine import GenerationParams
 
 

@@ -53,7 +53,7 @@ def run(steps: int, groups: int, group_size: int, tokens: int, lr: float) -> dic
     if distributed.launched() and distributed.rank() != 0:
         distributed.follow()
         return None
-    from p2prl.proof.bench import BIG_ARCH, _qwen
+    from p2prl.bench.proof import BIG_ARCH, _qwen
     from p2prl.rl.tokenizer import CharTokenizer
 
     vocab = CharTokenizer().vocab_size

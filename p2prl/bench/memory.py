@@ -90,7 +90,7 @@ def run_memory_bench(sizes: tuple[str, ...] = tuple(SHAPES)) -> list[dict[str, A
             d = build_random_model_dir(Path(tmp) / size, "qwen2", shape=shape)
             for role in ROLES:
                 out = subprocess.run(
-                    [sys.executable, "-m", "p2prl.rl.membench", role, str(d)],
+                    [sys.executable, "-m", "p2prl.bench.memory", role, str(d)],
                     capture_output=True,
                     text=True,
                     check=True,

@@ -97,7 +97,7 @@ def pulse_apply(base: Mapping[str, TensorLike], blob: bytes) -> dict[str, Tensor
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m p2prl.patch.pulse_ref BASE NEW OUT``: the reference as a whole process (numpy,
+    """``python -m p2prl.bench.pulse_ref BASE NEW OUT``: the reference as a whole process (numpy,
     no torch), so ``p2prl bench patch-cli`` can race it against ``p2prl patch diff``."""
     import sys
 

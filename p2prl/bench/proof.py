@@ -379,7 +379,7 @@ def grail_reference(setup: ModelSetup, n_rollouts: int, mh: str) -> dict[str, di
     """grail's sketch (``grail_ref``) on the same kind of hidden states as our cases: an honest miner
     (KV cache) against the validator's full forward, a miner with other weights, and one with the
     int8 round trip; a rollout is accepted when every challenged position passes."""
-    from p2prl.proof import grail_ref
+    from p2prl.bench import grail_ref
     from p2prl.proof.recompute import forward_flat
     from p2prl.rl.engine import HFEngine
     from p2prl.rl.tasks import derive_seed

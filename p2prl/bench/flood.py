@@ -23,9 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from p2prl.bench.arena import NETWORK, Arena, make_arena
 from p2prl.crypto.keys import Identity
 from p2prl.net.config import Limits
-from p2prl.node.arena import NETWORK, Arena, make_arena
 from p2prl.protocol.blobs import blob_ref_for
 from p2prl.protocol.messages import RolloutAnnouncement, Verdict, encode_message
 
@@ -114,7 +114,7 @@ def _inject(
 ) -> None:
     """The same flood delivered straight to the validator's and trainer's handlers, as their pumps
     would at ``rate`` per second: the roles' own limits under full load, whatever gossip lets through."""
-    from p2prl.node.arena import delivered
+    from p2prl.bench.arena import delivered
 
     ids = [Identity.generate() for _ in range(keys)]
     t0, sent = time.monotonic(), 0
