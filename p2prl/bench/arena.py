@@ -23,7 +23,7 @@ from p2prl.node.genesis import write_genesis
 from p2prl.node.netinit import NetworkSpec, base_model_info, genesis_from_spec
 from p2prl.node.startup import build_context
 from p2prl.node.supervisor import free_port
-from p2prl.protocol.messages import RolloutAnnouncement, decode_message, encode_message
+from p2prl.protocol.messages import RolloutAnnouncement, Verdict, decode_message, encode_message
 
 NETWORK = "arena-net"
 
@@ -91,6 +91,33 @@ class Arena:
         for ctx in self.contexts:
             ctx.join(10)
             ctx.net.stop()
+
+
+def judge_all(v: Any, limit: int = 64) -> list[Any]:
+    """Run a validator's judging step until its queue is empty; the BatchVerdicts made."""
+    out = []
+    for _ in range(limit):
+        item = v._next()
+        if item is None:
+            break
+        out.append(v.check(item))
+    return out
+
+
+def verdicts_at_trainer(arena: Arena, n: int, *miners: Identity, timeout: float = 20.0) -> list[Any]:
+    """The next ``n`` verdicts on ``miners``' batches the trainer's host receives (others dropped)."""
+    keys = {m.public_hex for m in miners}
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        got += [
+            i
+            for i in arena.trainer.ctx.net.poll(timeout=0.5)
+            if i.envelope.type == Verdict.TYPE and i.message.miner in keys
+        ]
+    if len(got) < n:
+        raise TimeoutError(f"{len(got)} of {n} verdicts reached the trainer")
+    return got
 
 
 def make_arena(tmp: Path, model_cache: Path, validators: int = 2, hosts: int = 1, groups: int = 2) -> Arena:

@@ -1,4 +1,4 @@
-"""``p2prl peers``, ``p2prl blob get`` and ``p2prl bench fanout``: operate and debug the network layer.
+"""``p2prl peers`` and ``p2prl blob get``: operate and debug the network layer.
 
 libp2p, trio and boto3 are imported inside the commands so ``p2prl --help`` stays fast.
 """
@@ -140,44 +140,3 @@ def blob_get(
             out.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, out)
     typer.echo(f"wrote {out} ({ref.size} bytes, sha256 verified)")
-
-
-def bench_fanout(
-    n_peers: int = typer.Option(8, "--peers", help="Peers fetching the blob (separate processes)."),
-    size_mib: int = typer.Option(64, "--size-mib", help="Blob size in MiB."),
-    chunk_kib: int = typer.Option(1024, "--chunk-kib", help="Chunk size in KiB."),
-    cap_mb_s: float = typer.Option(
-        30.0, "--cap-mb-s", min=0.1, help="Upload cap of each provider in the capped phase (MB/s)."
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    testbed: bool = typer.Option(
-        False, "--testbed", help="Run every node on its own rate-limited testbed host (root; p2prl testbed)."
-    ),
-    link_mbit: float = typer.Option(
-        50.0, "--link-mbit", min=0.1, help="Testbed: each link's rate, both ways."
-    ),
-    up_mbit: float = typer.Option(0.0, "--up-mbit", help="Testbed: upload rate (default --link-mbit)."),
-    down_mbit: float = typer.Option(0.0, "--down-mbit", help="Testbed: download rate (default --link-mbit)."),
-    nat: int = typer.Option(0, "--nat", min=0, help="Testbed: how many peers sit behind NAT routers."),
-) -> None:
-    """Benchmark swarm fan-out of one blob from a publisher to N peers (loopback, or the testbed)."""
-    from p2prl.bench.fanout import run_fanout, run_fanout_testbed
-
-    if testbed:
-        res = run_fanout_testbed(
-            n_peers,
-            size_mib,
-            chunk_kib,
-            up_mbit=up_mbit or link_mbit,
-            down_mbit=down_mbit or link_mbit,
-            nat=nat,
-        )
-    else:
-        res = run_fanout(n_peers, size_mib, chunk_kib, cap_mb_s=cap_mb_s)
-    if as_json:
-        typer.echo(json.dumps(res, indent=1))
-    else:
-        for k, v in res.items():
-            typer.echo(f"{k:24} {v}")
-    if not res["all_verified"]:
-        raise typer.Exit(1)

@@ -50,6 +50,12 @@ def node(config: Path | None = None, **flags: Any) -> None:
 
     Settings come from defaults, then --config TOML, then P2PRL_* environment variables, then flags.
     """
+    run_configured(config, flags)
+
+
+def run_configured(config: Path | None, flags: dict[str, Any], role_factory: Any = None) -> None:
+    """Load the settings as ``p2prl node`` does and run the node; ``role_factory`` (context -> role)
+    replaces the configured role (a benchmark's adversary)."""
     try:
         cfg = load_config(config_file=config, overrides=flags)
     except ConfigError as e:
@@ -58,13 +64,14 @@ def node(config: Path | None = None, **flags: Any) -> None:
     from p2prl.node.runtime import NodeStartError, run_node
 
     try:
-        run_node(cfg)
+        run_node(cfg) if role_factory is None else run_node(cfg, role_factory)
     except NodeStartError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e
 
 
-def _node_signature() -> inspect.Signature:
+def node_signature(*extra: inspect.Parameter) -> inspect.Signature:
+    """``--config``, the ``extra`` parameters, then one option per NodeConfig field."""
     params = [
         inspect.Parameter(
             "config",
@@ -75,7 +82,8 @@ def _node_signature() -> inspect.Signature:
                 "--config",
                 help=f"TOML file of settings (same names as the flags) (env {ENV_PREFIX}CONFIG).",
             ),
-        )
+        ),
+        *extra,
     ]
     for f in fields(NodeConfig):
         ann, opt = _option_for(f)
@@ -83,7 +91,7 @@ def _node_signature() -> inspect.Signature:
     return inspect.Signature(params)
 
 
-node.__signature__ = _node_signature()  # type: ignore[attr-defined]
+node.__signature__ = node_signature()  # type: ignore[attr-defined]
 
 
 def network_init(

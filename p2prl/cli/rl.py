@@ -129,18 +129,3 @@ def _live(cfg: Any, run: Any) -> None:
         f"greedy {summary['greedy_first']:.3f} → {summary['greedy_last']:.3f}; {summary['steps']} steps; "
         f"changed fraction mean {summary['changed_fraction_mean']:.4f}"
     )
-
-
-def bench_trainer(
-    steps: int = typer.Option(3, "--steps", min=1, help="Timed GRPO steps (after one warm-up step)."),
-    groups: int = typer.Option(4, "--groups", min=1, help="Rollout groups per step."),
-    group_size: int = typer.Option(8, "--group-size", min=2, help="Rollouts per group."),
-    tokens: int = typer.Option(24, "--tokens", min=1, help="Completion tokens per rollout."),
-    lr: float = typer.Option(1e-5, "--lr", help="AdamW learning rate."),
-) -> None:
-    """Step time, publish time and memory per rank of the ~24M-parameter learner; run under torchrun."""
-    from p2prl.bench.trainer import run
-
-    result = run(steps, groups, group_size, tokens, lr)
-    if result is not None:
-        typer.echo(json.dumps(result, sort_keys=True))

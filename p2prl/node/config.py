@@ -143,12 +143,6 @@ class NodeConfig:
         default=4,
         metadata={"help": "Miner: batches announced per version before waiting for the next (0: no limit)."},
     )
-    dishonest_perturb: float = field(
-        default=0.0,
-        metadata={
-            "help": "TEST ONLY: miner adds Gaussian noise of this relative size to its weights (cheats)."
-        },
-    )
     # validator
     score_window: int = field(
         default=8, metadata={"help": "Validator: versions in the scores sliding window."}
@@ -203,7 +197,7 @@ class NodeConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be positive")
-        for name in ("superseed_s", "max_upload_mb_s", "checked_per_group", "dishonest_perturb"):
+        for name in ("superseed_s", "max_upload_mb_s", "checked_per_group"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")
         return self

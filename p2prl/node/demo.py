@@ -140,7 +140,8 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
     args = [
         "--log-level",
         "INFO",
-        "node",
+        # the cheater is a benchmark's adversary, not a node setting
+        *(["bench", "dishonest-miner"] if opts.dishonest_miner and name == "miner2" else ["node"]),
         "--role",
         role,
         "--network",
@@ -172,8 +173,6 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
     device = opts.validator_device or opts.device if role == "validator" else opts.device
     args += ["--device", device] + (["--model", str(opts.model)] if opts.model else [])
     args += list(opts.node_args)
-    if opts.dishonest_miner and name == "miner2":
-        args += ["--dishonest-perturb", "0.05"]
     return args
 
 

@@ -31,18 +31,6 @@ IDLE_REFILL_S = 5.0  # after its per-version quota, a miner adds a batch this of
 KEEP_ROLLOUT_BLOBS = 32  # our announced batches kept pinned for validators and the trainer to fetch
 
 
-def perturb_state(state: dict[str, torch.Tensor], rel: float, seed: int = 0) -> dict[str, torch.Tensor]:
-    """TEST ONLY (dishonest miner): every tensor plus Gaussian noise of ``rel`` times its std."""
-    gen = torch.Generator().manual_seed(seed)
-    out = {}
-    for k, v in state.items():
-        f = v.float()
-        std = float(f.std()) if f.numel() > 1 else 0.0
-        noise = torch.randn(f.shape, generator=gen) * (rel * (std or 1e-3))
-        out[k] = (f + noise).to(v.dtype)
-    return out
-
-
 class Miner:
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx
@@ -59,11 +47,12 @@ class Miner:
         self._index_file = self.dir / "next_index.json"
 
     # -- state ------------------------------------------------------------------
+    def engine_state(self, w: Weights) -> dict[str, torch.Tensor]:
+        """The weights the engine generates with: version ``w``'s own (a benchmark's cheat overrides it)."""
+        return w.state
+
     def _activate(self, w: Weights) -> None:
-        state = w.state
-        if self.ctx.config.dishonest_perturb > 0:
-            state = perturb_state(state, self.ctx.config.dishonest_perturb, seed=w.version)
-        self.engine.load_state_dict(state)
+        self.engine.load_state_dict(self.engine_state(w))
         self.active = w
         self.ctx.status.set(version=w.version, weights_hash=w.hash, weights_sha256=sha256_of_state(w.state))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from p2prl.node.config import NodeConfig
@@ -63,8 +64,9 @@ def make_role(ctx: NodeContext) -> Any:
     return Trainer(ctx)
 
 
-def start_node(cfg: NodeConfig) -> RunningNode:
-    """Start a node in this process (what ``p2prl node`` does, minus signal handling)."""
+def start_node(cfg: NodeConfig, role_factory: Callable[[NodeContext], Any] = make_role) -> RunningNode:
+    """Start a node in this process (what ``p2prl node`` does, minus signal handling); ``role_factory``
+    builds the role (a benchmark's adversary replaces it)."""
     cfg.validate()
     if cfg.torch_threads > 0:
         import torch
@@ -75,7 +77,7 @@ def start_node(cfg: NodeConfig) -> RunningNode:
     try:
         if cfg.status_port >= 0:
             server = StatusServer(ctx.status, cfg.status_host, cfg.status_port).start(cfg.data_dir)
-        role = make_role(ctx)
+        role = role_factory(ctx)
         role.start()
     except BaseException:
         ctx.stop.set()
@@ -95,7 +97,7 @@ def start_node(cfg: NodeConfig) -> RunningNode:
     return RunningNode(ctx, role, server)
 
 
-def run_node(cfg: NodeConfig) -> None:
+def run_node(cfg: NodeConfig, role_factory: Callable[[NodeContext], Any] = make_role) -> None:
     """Run until SIGINT/SIGTERM (or a role thread crash); then stop cleanly.
 
     A trainer under torchrun runs here on rank 0 only; the other ranks serve its sharded learner
@@ -115,7 +117,7 @@ def run_node(cfg: NodeConfig) -> None:
                 torch.set_num_threads(cfg.torch_threads)
             distributed.follow()
             return
-    node = start_node(cfg)
+    node = start_node(cfg, role_factory)
     done = threading.Event()
 
     def on_stop(signum: int, _frame: Any) -> None:

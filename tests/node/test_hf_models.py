@@ -13,8 +13,8 @@ import boto3
 import pytest
 from safetensors.torch import load_file, save_file
 
+from p2prl.bench.dishonest import perturb_state
 from p2prl.node.context import NodeStartError
-from p2prl.node.miner import perturb_state
 from p2prl.node.runtime import start_node
 from p2prl.node.supervisor import S3Server
 from p2prl.node.weights import sha256_of_state

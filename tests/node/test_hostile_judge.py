@@ -1,7 +1,7 @@
 """Attacks on the validator's judging and the trainer's intake by keys without compute.
 
 Each test performs the attack with real signed envelopes against the real Trainer and Validator on
-real hosts (``hostile.Arena``) and checks that honest work still counts. The arena is shared by the
+real hosts (``p2prl.bench.arena.Arena``) and checks that honest work still counts. The arena is shared by the
 module; the score wipe runs last, as on an unprotected validator it would zero every later check.
 """
 
@@ -14,9 +14,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from hostile import judge_all, verdicts_at_trainer
 
-from p2prl.bench.arena import Arena, delivered, make_arena
+from p2prl.bench.arena import Arena, delivered, judge_all, make_arena, verdicts_at_trainer
 from p2prl.crypto.keys import Identity
 from p2prl.protocol.blobs import blob_ref_for
 from p2prl.protocol.messages import MAX_VERSION, RolloutAnnouncement

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from p2prl.bench.dishonest import perturb_state
 from p2prl.net.identity import peer_id_for
-from p2prl.node.miner import perturb_state
 from p2prl.node.runtime import RunningNode, start_node
 from p2prl.node.supervisor import S3Server
 from p2prl.node.weights import load_saved_weights
