@@ -15,6 +15,8 @@ from pathlib import Path
 import nacl.exceptions
 import nacl.signing
 
+from p2prl.atomicfile import PRIVATE, write_atomic
+
 SEED_BYTES = 32
 PUBLIC_KEY_BYTES = 32
 SIGNATURE_BYTES = 64
@@ -72,16 +74,8 @@ def save_identity(identity: Identity, path: str | Path, *, overwrite: bool = Fal
     if path.exists() and not overwrite:
         raise KeyFileError(f"{path} exists; refusing to overwrite a key")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        payload = {"format": KEY_FILE_FORMAT, "seed": identity.seed.hex(), "public_key": identity.public_hex}
-        os.write(fd, (json.dumps(payload, indent=1) + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    payload = {"format": KEY_FILE_FORMAT, "seed": identity.seed.hex(), "public_key": identity.public_hex}
+    write_atomic(path, (json.dumps(payload, indent=1) + "\n").encode(), mode=PRIVATE)
     return path
 
 

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from p2prl.atomicfile import write_atomic
+from p2prl.atomicfile import PUBLIC, write_atomic
 from p2prl.crypto.envelope import EnvelopeError
 from p2prl.crypto.keys import Identity
 from p2prl.protocol import sections as sec
@@ -110,7 +110,7 @@ def verify_genesis_bytes(raw: bytes, network_id: str, expected_trainer: str = ""
 
 
 def write_genesis(sg: SignedGenesis, path: Path) -> Path:
-    """Write the genesis file atomically."""
+    """Write the genesis file atomically; world-readable, as it is the network's public document."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {
@@ -119,7 +119,7 @@ def write_genesis(sg: SignedGenesis, path: Path) -> Path:
         "envelope": sg.envelope.hex(),
         "genesis": sg.genesis.to_body(),
     }
-    write_atomic(path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
+    write_atomic(path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode(), mode=PUBLIC)
     return path
 
 

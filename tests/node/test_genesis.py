@@ -29,8 +29,9 @@ def genesis(trainer: Identity, **kw: object) -> SignedGenesis:
 def test_roundtrip_file(tmp_path: Path) -> None:
     t = Identity.generate()
     sg = genesis(t, s3_bucket="b", s3_endpoint="http://x", bootstrap=["/ip4/127.0.0.1/tcp/1"])
-    write_genesis(sg, tmp_path / "g.json")
-    back = read_genesis(tmp_path / "g.json", expected_trainer=t.public_hex)
+    p = write_genesis(sg, tmp_path / "g.json")
+    assert p.stat().st_mode & 0o777 == 0o644  # the network's public document, unlike the keys
+    back = read_genesis(p, expected_trainer=t.public_hex)
     assert back.genesis == sg.genesis
     assert back.trainer_key == t.public_key
     assert back.genesis.s3 == S3Spec(endpoint="http://x", bucket="b")
