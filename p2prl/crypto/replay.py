@@ -7,9 +7,9 @@ memory of what was seen is bounded (an LRU of digests), so a peer cannot make us
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 
 from p2prl.crypto.envelope import Envelope, EnvelopeError
+from p2prl.lru import LRU
 
 
 class ReplayGuard:
@@ -17,7 +17,7 @@ class ReplayGuard:
         self.max_age_ms = int(max_age_s * 1000)
         self.max_skew_ms = int(max_skew_s * 1000)
         self.capacity = capacity
-        self._seen: OrderedDict[bytes, int] = OrderedDict()
+        self._seen: LRU[bytes, int] = LRU(capacity)
 
     def check(self, env: Envelope, *, now_ms: int | None = None) -> None:
         """Raise EnvelopeError('replayed'|'stale'|'future'|'bad_body') or record the envelope as seen."""
@@ -31,8 +31,6 @@ class ReplayGuard:
             raise EnvelopeError("future", f"created {created - now} ms ahead")
         d = env.digest
         if d in self._seen:
-            self._seen.move_to_end(d)
+            self._seen.touch(d)
             raise EnvelopeError("replayed", d.hex()[:16])
         self._seen[d] = created
-        while len(self._seen) > self.capacity:
-            self._seen.popitem(last=False)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from p2prl.crypto.envelope import Envelope, EnvelopeError
 from p2prl.crypto.replay import ReplayGuard
+from p2prl.lru import LRU
 from p2prl.net.config import Limits
 from p2prl.net.counters import Counters
 from p2prl.net.topics import TOPIC_TYPES, kind_of
@@ -63,16 +63,14 @@ class TokenBuckets:
         self.rate = rate
         self.burst = float(burst)
         self.max_keys = max_keys
-        self._b: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._b: LRU[str, tuple[float, float]] = LRU(max_keys)
 
     def allow(self, key: str, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
-        tokens, last = self._b.pop(key, (self.burst, now))
+        tokens, last = self._b.get(key, (self.burst, now))
         tokens = min(self.burst, tokens + (now - last) * self.rate)
         ok = tokens >= 1.0
-        self._b[key] = (tokens - 1.0 if ok else tokens, now)
-        while len(self._b) > self.max_keys:
-            self._b.popitem(last=False)
+        self._b.put(key, (tokens - 1.0 if ok else tokens, now))
         return ok
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
 
+from p2prl.lru import LRU
 from p2prl.net.store import BlobStore, StoreError
 from p2prl.protocol.blobs import MAX_CHUNK_SIZE, MAX_CHUNKS, MIN_CHUNK_SIZE, BlobRef, chunk_spans
 
@@ -29,21 +29,20 @@ class RefBook:
         self.store = store
         self.capacity = capacity
         self._lock = threading.Lock()
-        self._refs: OrderedDict[str, BlobRef] = OrderedDict()
+        self._refs: LRU[str, BlobRef] = LRU(capacity, on_evict=self._forget)
         self._sizes: dict[str, set[int]] = {}  # blob id -> chunk sizes of the refs held now
-        self._computed: OrderedDict[str, int] = OrderedDict()  # blob id -> computations so far
+        self._computed: LRU[str, int] = LRU(4 * capacity)  # blob id -> computations so far
 
     def add(self, ref: BlobRef) -> None:
         with self._lock:
-            self._refs[ref.digest] = ref
-            self._refs.move_to_end(ref.digest)
+            self._refs.put(ref.digest, ref)
             self._sizes.setdefault(ref.id, set()).add(ref.chunk_size)
-            while len(self._refs) > self.capacity:
-                _, old = self._refs.popitem(last=False)
-                sizes = self._sizes.get(old.id, set())
-                sizes.discard(old.chunk_size)
-                if not sizes:
-                    self._sizes.pop(old.id, None)
+
+    def _forget(self, _digest: str, old: BlobRef) -> None:
+        sizes = self._sizes.get(old.id, set())
+        sizes.discard(old.chunk_size)
+        if not sizes:
+            self._sizes.pop(old.id, None)
 
     def get(self, digest: str) -> BlobRef | None:
         with self._lock:
@@ -65,9 +64,7 @@ class RefBook:
         with self._lock:
             if not self._may(blob_id, chunk_size):
                 return None
-            self._computed[blob_id] = self._computed.pop(blob_id, 0) + 1
-            while len(self._computed) > 4 * self.capacity:
-                self._computed.popitem(last=False)
+            self._computed.put(blob_id, self._computed.get(blob_id, 0) + 1)
         try:
             size = self.store.size(blob_id)
             n = max(1, -(-size // chunk_size))

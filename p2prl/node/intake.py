@@ -19,6 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from p2prl.lru import LRU
 from p2prl.protocol.messages import RolloutAnnouncement, Verdict
 
 PER_SIGNER = 16  # announcements held per signer
@@ -70,9 +71,9 @@ class Intake:
         self.wait_s = wait_s
         self.held: OrderedDict[str, Held] = OrderedDict()  # envelope digest -> announcement
         self.by_signer: dict[str, OrderedDict[str, None]] = {}
-        self.pending: OrderedDict[Key, Pending] = OrderedDict()
-        self.done: OrderedDict[Key, bool] = OrderedDict()  # True: vetoed
-        self.trusted: OrderedDict[str, None] = OrderedDict()
+        self.pending: LRU[Key, Pending] = LRU(cache)
+        self.done: LRU[Key, bool] = LRU(4 * cache)  # True: vetoed
+        self.trusted: LRU[str, None] = LRU(TRUSTED)
 
     # -- announcements --------------------------------------------------------------------------
     def announce(self, digest: str, ann: RolloutAnnouncement, miner: str, origin: str) -> str | None:
@@ -123,8 +124,6 @@ class Intake:
         p = self.pending.get(key)
         if p is None:
             p = self.pending[key] = Pending(h, now)
-            while len(self.pending) > self.cache:
-                self.pending.popitem(last=False)
         if accepted and not p.accepted:
             p.since = now
         p.accepted |= accepted
@@ -143,10 +142,7 @@ class Intake:
             if everyone or now - p.since >= self.wait_s:
                 del self.pending[key]
                 self._decide(key, vetoed=False)
-                self.trusted[p.held.miner] = None
-                self.trusted.move_to_end(p.held.miner)
-                while len(self.trusted) > TRUSTED:
-                    self.trusted.popitem(last=False)
+                self.trusted.put(p.held.miner, None)
                 out.append(Job(p.held.ann, p.held.miner, set(p.accepted), p.held.origin))
         return out
 
@@ -155,8 +151,6 @@ class Intake:
 
     def _decide(self, key: Key, vetoed: bool) -> None:
         self.done[key] = vetoed or self.done.get(key, False)
-        while len(self.done) > 4 * self.cache:
-            self.done.popitem(last=False)
 
     def stats(self) -> dict[str, Any]:
         return {"held": len(self.held), "signers": len(self.by_signer), "pending": len(self.pending)}

@@ -21,6 +21,8 @@ from collections import OrderedDict, deque
 from collections.abc import Collection
 from typing import Any
 
+from p2prl.lru import LRU
+
 PER_SIGNER = 8  # announcements queued per signer
 QUEUE_MAX = 256  # announcements queued in all
 WAIT_FOR_VERSION_S = 60.0  # how long an announcement from the future waits for our sync
@@ -95,9 +97,9 @@ class JudgeQueue:
         self._queues: list[OrderedDict[str, deque[tuple[float, Any]]]] = [OrderedDict() for _ in range(3)]
         self._n = 0
         self.evicted = 0  # queued announcements dropped to make room for better-standing ones
-        self._negative: OrderedDict[Key, float] = OrderedDict()
-        self._strikes: OrderedDict[str, int] = OrderedDict()
-        self._good: OrderedDict[str, None] = OrderedDict()
+        self._negative: LRU[Key, float] = LRU(NEGATIVE_MAX)
+        self._strikes: LRU[str, int] = LRU(STANDING_MAX)
+        self._good: LRU[str, None] = LRU(STANDING_MAX)
 
     def __len__(self) -> int:
         return self._n
@@ -186,27 +188,18 @@ class JudgeQueue:
             self._good.pop(key[0], None)
         elif accepted:
             self._strikes.pop(key[0], None)
-            self._good[key[0]] = None
-            self._good.move_to_end(key[0])
-            while len(self._good) > STANDING_MAX:
-                self._good.popitem(last=False)
+            self._good.put(key[0], None)
         self._restand(key[0])
 
     def unfetchable(self, item: Any, now: float | None = None) -> None:
         """The blob could not be fetched: a negative-cache entry and a strike against its signer."""
         key = key_of(item)
-        self._negative[key] = time.monotonic() if now is None else now
-        self._negative.move_to_end(key)
-        while len(self._negative) > NEGATIVE_MAX:
-            self._negative.popitem(last=False)
+        self._negative.put(key, time.monotonic() if now is None else now)
         self._strike(key[0], 1)
         self._restand(key[0])
 
     def _strike(self, signer: str, n: int) -> None:
-        self._strikes[signer] = self._strikes.get(signer, 0) + n
-        self._strikes.move_to_end(signer)
-        while len(self._strikes) > STANDING_MAX:
-            self._strikes.popitem(last=False)
+        self._strikes.put(signer, self._strikes.get(signer, 0) + n)
 
     def _restand(self, signer: str) -> None:
         """Move a signer's waiting announcements to its current class."""

@@ -13,6 +13,8 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
+from p2prl.lru import LRU
+
 MAX_SERIES = 256  # versions kept in per-version series (hashes)
 MAX_REWARD_SERIES = 2048  # versions kept in the reward series (its first versions matter to a summary)
 MAX_LABELS = 64  # distinct reasons / miners kept in labelled counters
@@ -42,7 +44,7 @@ class NodeStatus:
         self._gauges: dict[str, float] = {}
         self._scores: dict[str, int] = {}
         self._reward: OrderedDict[int, list[float]] = OrderedDict()  # version -> [sum, count]
-        self._hashes: OrderedDict[int, str] = OrderedDict()  # version -> weights hash (trainer)
+        self._hashes: LRU[int, str] = LRU(MAX_SERIES)  # version -> weights hash (trainer)
         self._transfers: dict[str, dict[str, int]] = {}
 
     # -- writers ---------------------------------------------------------
@@ -85,8 +87,6 @@ class NodeStatus:
     def record_hash(self, version: int, weights_hash: str) -> None:
         with self._lock:
             self._hashes[version] = weights_hash
-            while len(self._hashes) > MAX_SERIES:
-                self._hashes.popitem(last=False)
 
     def transfer(self, blob_id: str, done: int, total: int) -> None:
         """Progress of a running transfer; ``done >= total`` removes it."""

@@ -15,10 +15,10 @@ import logging
 import queue
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
+from p2prl.lru import LRU
 from p2prl.node.common import generation_params, group_size, groups_per_batch, open_synced_role, task_of
 from p2prl.node.context import NodeContext
 from p2prl.node.judgequeue import JudgeQueue, key_of
@@ -52,15 +52,13 @@ class VersionCache:
     def __init__(self, engine: Any, keep: int) -> None:
         self.engine = engine
         self.keep = keep
-        self.states: OrderedDict[int, Weights] = OrderedDict()
+        self.states: LRU[int, Weights] = LRU(keep)
         self.loaded: int | None = None
         self._lock = threading.Lock()
 
     def add(self, w: Weights) -> None:
         with self._lock:
             self.states[w.version] = w
-            while len(self.states) > self.keep:
-                self.states.popitem(last=False)
 
     def newest(self) -> int:
         with self._lock:

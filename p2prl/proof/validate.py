@@ -15,13 +15,13 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from p2prl.lru import LRU
 from p2prl.proof.batch import BatchError, BatchLimits, RolloutBatch, commitment_root, decode_batch
 from p2prl.proof.fingerprint import SKETCH_DIM
 from p2prl.proof.recompute import Job, fisher_log_pvalues, iter_rollout_stats
@@ -152,7 +152,7 @@ class SeenIndex:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._d: OrderedDict[bytes, tuple[bytes, str]] = OrderedDict()
+        self._d: LRU[bytes, tuple[bytes, str]] = LRU(capacity)
 
     @staticmethod
     def key(prompt_ids: np.ndarray, completion_ids: np.ndarray) -> bytes:
@@ -164,15 +164,13 @@ class SeenIndex:
     def get(self, key: bytes) -> tuple[bytes, str] | None:
         v = self._d.get(key)
         if v is not None:
-            self._d.move_to_end(key)
+            self._d.touch(key)
         return v
 
     def add(self, key: bytes, miner: bytes, blob_id: str) -> None:
         if key in self._d:
             return
         self._d[key] = (miner, blob_id)
-        while len(self._d) > self.capacity:
-            self._d.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._d)
@@ -212,9 +210,9 @@ class RolloutValidator:
         self.position_secret = position_secret if position_secret is not None else os.urandom(32)
         self.seen = SeenIndex(self.config.seen_capacity)
         # (version, miner, prompt index) already accepted: a miner earns each derived prompt once
-        self.used_slots: OrderedDict[tuple[int, bytes, int], None] = OrderedDict()
+        self.used_slots: LRU[tuple[int, bytes, int], None] = LRU(self.config.seen_capacity)
         # (version, miner) -> the next prompt index a batch of that miner must start at
-        self.next_index: OrderedDict[tuple[int, bytes], int] = OrderedDict()
+        self.next_index: LRU[tuple[int, bytes], int] = LRU(self.config.seen_capacity)
         # the current version when this validator started (default: at its first check); it saw the
         # batches of later versions from their start, of earlier ones maybe not
         self.started_at = started_at
@@ -286,10 +284,7 @@ class RolloutValidator:
         expected = self.next_index.get(key, since)
         if first > expected or (first < expected and (*key, first) not in self.used_slots):
             return INDEX_GAP
-        self.next_index[key] = max(expected, first + len(batch.groups))
-        self.next_index.move_to_end(key)
-        while len(self.next_index) > self.config.seen_capacity:
-            self.next_index.popitem(last=False)
+        self.next_index.put(key, max(expected, first + len(batch.groups)))
         return OK
 
     def _limits(self) -> BatchLimits:
@@ -411,8 +406,6 @@ class RolloutValidator:
         for g, gv in zip(batch.groups, verdict.groups, strict=True):
             if gv.accepted:
                 self.used_slots[(batch.version, batch.miner, g.index)] = None
-                while len(self.used_slots) > self.config.seen_capacity:
-                    self.used_slots.popitem(last=False)
         return verdict
 
     def _verdict(
