@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from p2prl.patch import changed_fraction
 from p2prl.proof.batch import build_batch
 from p2prl.proof.calibrate import calibrate
 from p2prl.proof.fingerprint import SKETCH_DIM
@@ -133,12 +134,8 @@ def fp16_changed_fraction(model: Any) -> float:
     """Fraction of bf16 weights an fp16 round trip changes (bf16 values inside fp16's range survive)."""
     import torch
 
-    changed = total = 0
-    for p in model.parameters():
-        rt = p.detach().to(torch.float16).to(p.dtype)
-        changed += int((rt.view(torch.int16) != p.detach().view(torch.int16)).sum())
-        total += p.numel()
-    return changed / total
+    params = {k: p.detach() for k, p in model.named_parameters()}
+    return changed_fraction(params, {k: p.to(torch.float16).to(p.dtype) for k, p in params.items()})
 
 
 def train_versions(setup: ModelSetup, n: int, lr: float, seed: int = 0) -> list[Any]:
@@ -347,7 +344,9 @@ def run_setup(
     res["details"]["train_versions_s"] = time.perf_counter() - t0
     cur = versions[-1]
     cur_mh = manifest_of(cur)
-    res["details"]["changed_fraction_per_version"] = _changed_fraction(versions[-2], cur)
+    res["details"]["changed_fraction_per_version"] = changed_fraction(
+        dict(versions[-2].named_parameters()), dict(cur.named_parameters())
+    )
     for k in STALE_KS:
         old = versions[-1 - k]
         prepared = mine_batch(
@@ -407,16 +406,6 @@ def grail_reference(setup: ModelSetup, n_rollouts: int, mh: str) -> dict[str, di
         )
         out[case] = {"n": len(samples), "accepted": int(accepted)}
     return out
-
-
-def _changed_fraction(a: Any, b: Any) -> float:
-    import torch
-
-    changed = total = 0
-    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
-        changed += int((pa.detach().view(torch.int16) != pb.detach().view(torch.int16)).sum())
-        total += pa.numel()
-    return changed / total
 
 
 def run(

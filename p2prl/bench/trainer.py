@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
+from p2prl.patch import changed_fraction
 from p2prl.rl import distributed
 from p2prl.rl.grpo import GRPOConfig
-from p2prl.rl.local import changed_fraction
 from p2prl.rl.types import Rollout, RolloutGroup
 
 

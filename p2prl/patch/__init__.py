@@ -15,6 +15,7 @@ from p2prl.patch.codec import (
     inspect_patch,
     iter_patch,
 )
+from p2prl.patch.dtypes import changed_fraction
 from p2prl.patch.errors import PatchError
 from p2prl.patch.format import CODEC
 from p2prl.patch.hashing import weights_hash, weights_hash_file
@@ -32,6 +33,7 @@ __all__ = [
     "Published",
     "PublishedVersion",
     "apply_patch",
+    "changed_fraction",
     "encode_patch",
     "inspect_patch",
     "iter_patch",

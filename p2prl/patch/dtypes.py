@@ -10,6 +10,7 @@ accepted wherever a RawTensor is; torch is only touched when one is passed (it i
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -111,6 +112,17 @@ def uint_view(t: Any) -> np.ndarray:
     if d.torch_name in ("bool", "uint8"):
         return src.view(torch.uint8).numpy().reshape(-1)
     return src.view(getattr(torch, d.view_name)).numpy().reshape(-1).view(d.uint)
+
+
+def changed_fraction(prev: Mapping[str, Any], new: Mapping[str, Any]) -> float:
+    """Fraction of elements whose bit pattern differs between two states of the same names and shapes:
+    what a patch carries (-0.0 and 0.0 differ; no float arithmetic)."""
+    changed = total = 0
+    for name, a in prev.items():
+        ua, ub = uint_view(a), uint_view(new[name])
+        changed += int(np.count_nonzero(ua != ub))
+        total += ua.size
+    return changed / max(total, 1)
 
 
 def empty_like(t: Any) -> Any:

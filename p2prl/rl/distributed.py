@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from p2prl.patch import changed_fraction
 from p2prl.rl.grpo import GRPOConfig, GRPOTrainer
 from p2prl.rl.model import unique_state, weights_hash
 
@@ -172,8 +173,6 @@ class ShardedGRPO(GRPOTrainer):
         if mode == "sparse" or track:
             self._local_prev = self._local_bf16()
             if rank() == 0 and self._full_prev is not None:
-                from p2prl.rl.local import changed_fraction
-
                 self.last_changed = changed_fraction(self._full_prev, out)
             self._full_prev = out if rank() == 0 else {}
         return {k: v.clone() for k, v in out.items()}

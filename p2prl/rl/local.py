@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
 
+from p2prl.patch import changed_fraction
 from p2prl.rl.buffer import ReplayBuffer
 from p2prl.rl.cpu import torch_threads
 from p2prl.rl.distributed import make_learner, master_hash, world_size
@@ -58,17 +58,6 @@ class LocalConfig:
     threads: int = 0  # torch intra-op threads for the run; 0: p2prl.rl.cpu.default_threads() (1)
     resume: Path | None = None  # a checkpoint to start from (masters, optimizer, version)
     save: Path | None = None  # where to checkpoint at the end (a directory under torchrun)
-
-
-def changed_fraction(prev: dict[str, Tensor], new: dict[str, Tensor]) -> float:
-    """Fraction of elements whose bit pattern differs between two published states (bit comparison)."""
-    changed = total = 0
-    for k, a in prev.items():
-        b = new[k]
-        ia, ib = a.view(torch.int16), b.view(torch.int16)
-        changed += int(torch.ne(ia, ib).sum())
-        total += a.numel()
-    return changed / max(total, 1)
 
 
 def version_hash(seed: int, version: int) -> str:

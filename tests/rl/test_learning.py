@@ -3,10 +3,10 @@ import json
 import torch
 from typer.testing import CliRunner
 
+from p2prl.patch import changed_fraction
 from p2prl.rl.buffer import ReplayBuffer
 from p2prl.rl.engine import GenerationParams, HFEngine
 from p2prl.rl.grpo import GRPOConfig, GRPOTrainer
-from p2prl.rl.local import changed_fraction
 from p2prl.rl.model import load_model
 from p2prl.rl.tasks import derive_seed, get_task
 from p2prl.rl.types import Rollout, RolloutGroup
