@@ -8,15 +8,14 @@ from typing import Any
 
 import typer
 
-_BARS = "▁▂▃▄▅▆▇█"
 
+def _reward_line(rewards: list[float], width: int = 60) -> str:
+    """The whole run's rewards (in [0, 1]) as bucket means, one chart character each."""
+    from p2prl.dashboard import sparkline
 
-def _sparkline(values: list[float], width: int = 60) -> str:
-    if not values:
-        return ""
-    step = max(1, len(values) // width)
-    pts = [sum(values[i : i + step]) / len(values[i : i + step]) for i in range(0, len(values), step)]
-    return "".join(_BARS[min(len(_BARS) - 1, int(max(0.0, min(1.0, v)) * len(_BARS)))] for v in pts[-width:])
+    step = max(1, len(rewards) // width)
+    pts = [sum(rewards[i : i + step]) / len(rewards[i : i + step]) for i in range(0, len(rewards), step)]
+    return sparkline(pts, width, lo=0.0, hi=1.0)
 
 
 def train_local(
@@ -111,7 +110,7 @@ def _live(cfg: Any, run: Any) -> None:
             "clip fraction / grad norm",
             f"{last.get('clip_frac', 0.0):.3f} / {last.get('grad_norm', 0.0):.3f}",
         )
-        return Group(t, Text("reward over time  " + _sparkline(rewards)))
+        return Group(t, Text("reward over time  " + _reward_line(rewards)))
 
     console = Console()
     console.print("building/loading the default model…")

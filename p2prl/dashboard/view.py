@@ -15,14 +15,19 @@ Status = dict[str, Any]
 WIDE = 120  # narrower terminals (80x24 included) get the compact layout
 
 
-def sparkline(values: list[float], width: int = 48) -> str:
-    """A one-line chart of ``values`` (the newest ``width`` of them), scaled to their range."""
+def sparkline(
+    values: list[float], width: int = 48, lo: float | None = None, hi: float | None = None
+) -> str:
+    """A one-line chart of ``values`` (the newest ``width`` of them), scaled to [``lo``, ``hi``]
+    (default: their own range; a value outside a given range is drawn at its edge)."""
     vals = values[-width:]
     if not vals:
         return ""
-    lo, hi = min(vals), max(vals)
+    lo = min(vals) if lo is None else lo
+    hi = max(vals) if hi is None else hi
     span = hi - lo or 1.0
-    return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / span * (len(SPARK) - 1) + 0.5))] for v in vals)
+    top = len(SPARK) - 1
+    return "".join(SPARK[max(0, min(top, int((v - lo) / span * top + 0.5)))] for v in vals)
 
 
 def reward_series(statuses: list[Status]) -> list[tuple[int, float, int]]:

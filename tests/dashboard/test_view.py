@@ -25,6 +25,8 @@ def test_sparkline() -> None:
     assert sparkline([0, 1]) == "▁█"
     assert len(sparkline(list(range(100)), width=10)) == 10
     assert sparkline([3, 3, 3]) == "▁▁▁"
+    # a fixed range: values drawn against it, those outside at its edges
+    assert sparkline([0.0, 0.5, 1.0, -1.0, 2.0], lo=0.0, hi=1.0) == "▁▅█▁█"
 
 
 def test_render_network() -> None:
