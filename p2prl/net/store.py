@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-_ID_RE = re.compile(r"^[0-9a-f]{64}$")
+from p2prl.protocol import is_hex
 
 
 class StoreError(Exception):
@@ -23,7 +22,7 @@ class StoreError(Exception):
 
 
 def _check_id(blob_id: str) -> None:
-    if not isinstance(blob_id, str) or not _ID_RE.match(blob_id):
+    if not is_hex(blob_id, 32):
         raise StoreError(f"not a blob id: {blob_id!r}")
 
 
@@ -36,7 +35,7 @@ class BlobStore:
         self._pinned: set[str] = set()
         self._sizes: dict[str, int] = {}
         for p in self.root.glob("??/*"):
-            if _ID_RE.match(p.name):
+            if is_hex(p.name, 32):
                 self._sizes[p.name] = p.stat().st_size
             elif p.name.endswith(".tmp"):
                 p.unlink(missing_ok=True)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from p2prl.protocol import is_hex
+
 ROLES = ("trainer", "miner", "validator")
 ENV_PREFIX = "P2PRL_"
 
@@ -179,7 +181,7 @@ class NodeConfig:
             raise ConfigError(f"role must be one of {ROLES}, not {self.role!r}")
         if self.network is None:
             raise ConfigError("--network <genesis file> is required")
-        if self.trainer_key and (len(self.trainer_key) != 64 or not _is_hex(self.trainer_key)):
+        if self.trainer_key and not is_hex(self.trainer_key.lower(), 32):
             raise ConfigError("trainer_key must be 64 hex characters")
         if self.device not in ("auto", "cpu", "cuda") and not (
             self.device.startswith("cuda:") and self.device[5:].isdigit()
@@ -201,14 +203,6 @@ class NodeConfig:
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")
         return self
-
-
-def _is_hex(s: str) -> bool:
-    try:
-        bytes.fromhex(s)
-    except ValueError:
-        return False
-    return s == s.lower()
 
 
 FIELDS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in fields(NodeConfig)}

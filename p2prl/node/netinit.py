@@ -15,6 +15,7 @@ from typing import Any
 
 from p2prl.crypto.keys import KeyFileError, load_identity, load_or_create_identity
 from p2prl.node.genesis import SignedGenesis, make_genesis, write_genesis
+from p2prl.protocol import is_hex
 from p2prl.protocol.sections import (
     AssetSpec,
     GenerationSpec,
@@ -91,12 +92,8 @@ def section_of(spec: Any, cls: type, **fixed: Any) -> Any:
 def _validator_key(v: str) -> str:
     """A validator given as 64 hex characters or as a key file."""
     s = v.strip().lower()
-    if len(s) == 64:
-        try:
-            bytes.fromhex(s)
-            return s
-        except ValueError:
-            pass
+    if is_hex(s, 32):
+        return s
     try:
         return load_identity(Path(v)).public_hex
     except KeyFileError as e:

@@ -12,6 +12,7 @@ import zstandard
 from p2prl.crypto.canonical import CanonicalError, canonical_bytes, canonical_loads
 from p2prl.patch.dtypes import BY_NAME
 from p2prl.patch.errors import PatchError
+from p2prl.protocol import is_hex
 
 MAGIC = b"P2PT"
 FORMAT_VERSION = 1
@@ -95,7 +96,7 @@ def parse_preamble(buf: bytes | memoryview) -> int:
 
 
 def _is_hash(v: Any) -> bool:
-    return isinstance(v, str) and len(v) == HASH_HEX_LEN and all(c in "0123456789abcdef" for c in v)
+    return is_hex(v, HASH_HEX_LEN // 2)
 
 
 def parse_header(body: bytes) -> Header:

@@ -1,6 +1,7 @@
 """Wire objects (DESIGN §2): typed bodies of signed envelopes, with their bounds, and blob refs."""
 
 from p2prl.protocol.blobs import DEFAULT_CHUNK_SIZE, BlobRef, blob_ref_for, chunk_spans
+from p2prl.protocol.fields import is_hex
 from p2prl.protocol.messages import (
     MAX_ENVELOPE_BYTES,
     Genesis,
@@ -29,4 +30,5 @@ __all__ = [
     "chunk_spans",
     "decode_message",
     "encode_message",
+    "is_hex",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_HEX_RE = re.compile(r"^[0-9a-f]*$")
+_HEX_RE = re.compile(r"[0-9a-f]*")
 
 
 class MessageError(ValueError):
@@ -46,8 +46,18 @@ def hex_field(body: dict[str, Any], key: str, nbytes: int) -> str:
     return v
 
 
+def is_hex(v: Any, nbytes: int | None = None) -> bool:
+    """``v`` is lowercase hex (of exactly ``nbytes`` bytes when given): the one spelling of keys,
+    hashes and blob ids, and the one check of it (a whole-string match: no trailing newline slips by)."""
+    return (
+        isinstance(v, str)
+        and (len(v) == 2 * nbytes if nbytes is not None else len(v) % 2 == 0)
+        and _HEX_RE.fullmatch(v) is not None
+    )
+
+
 def check_hex(v: Any, nbytes: int, what: str) -> None:
-    if not isinstance(v, str) or len(v) != 2 * nbytes or not _HEX_RE.match(v):
+    if not is_hex(v, nbytes):
         raise MessageError(f"{what} must be {nbytes} bytes of lowercase hex")
 
 

@@ -20,6 +20,7 @@ from p2prl.protocol.fields import (
     dict_field,
     hex_field,
     int_field,
+    is_hex,
     list_field,
     req,
     str_field,
@@ -100,7 +101,7 @@ class Genesis:
             raise MessageError(f"genesis has unknown keys {sorted(extra)}")
         validators = list_field(b, "validators", 64)
         for v in validators:
-            if not isinstance(v, str) or len(v) != 64:
+            if not is_hex(v, 32):
                 raise MessageError("validators must be hex public keys")
         bootstrap = list_field(b, "bootstrap", 64)
         if not all(isinstance(a, str) and len(a) < 512 for a in bootstrap):
@@ -294,7 +295,7 @@ class Scores:
         if len(scores) > 4096:
             raise MessageError("too many miners in scores")
         for k, v in scores.items():
-            if len(k) != 64 or not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            if not is_hex(k, 32) or not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise MessageError("scores must map hex keys to non-negative integers")
         return cls(
             version=int_field(b, "version", 0, MAX_VERSION),
@@ -337,7 +338,7 @@ class Heartbeat:
         if not all(isinstance(a, str) and len(a) < 512 for a in addrs):
             raise MessageError("addrs must be multiaddr strings")
         for h in holds:
-            if not isinstance(h, str) or len(h) != 64:
+            if not is_hex(h, 32):
                 raise MessageError("holds must be blob ids")
         stats = dict_field(b, "stats")
         if len(stats) > 64 or not all(isinstance(v, int) and not isinstance(v, bool) for v in stats.values()):

@@ -42,7 +42,7 @@ def test_lru_eviction_spares_pinned(tmp_path):
 
 def test_bad_ids(tmp_path):
     s = BlobStore(tmp_path)
-    for bad in ["../etc/passwd", "AB" * 32, "a" * 63]:
+    for bad in ["../etc/passwd", "AB" * 32, "a" * 63, "a" * 64 + "\n", "g" * 64]:
         with pytest.raises(StoreError):
             s.path(bad)
         assert not s.has(bad)

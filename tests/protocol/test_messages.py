@@ -16,6 +16,7 @@ from p2prl.protocol import (
     blob_ref_for,
     decode_message,
     encode_message,
+    is_hex,
 )
 from p2prl.protocol.blobs import MIN_CHUNK_SIZE
 from p2prl.protocol.sections import GenerationSpec, ModelSpec, PatchSpec, PromptSpec, TaskSpec
@@ -200,3 +201,25 @@ def test_genesis_refuses_what_the_spec_calls_wrong():
     for body in cases:
         with pytest.raises(MessageError):
             Genesis.from_body(body)
+
+
+def test_is_hex_is_whole_lowercase_and_sized() -> None:
+    assert is_hex(H, 32) and is_hex("") and is_hex("00ff")
+    for bad in ("AB" * 32, H + "\n", H[:-1], "0g", "abc", None, 7, b"ab"):
+        assert not is_hex(bad, 32 if isinstance(bad, str) and len(bad) >= 63 else None)
+
+
+@pytest.mark.parametrize(
+    "typ,body",
+    [
+        ("scores", {"version": 3, "window": 8, "scores": {"zz" * 32: 1}}),
+        (
+            "heartbeat",
+            {"role": "miner", "version": 3, "peer_id": "p", "addrs": [], "holds": ["x" * 64], "stats": {}},
+        ),
+    ],
+)
+def test_keys_and_blob_ids_must_be_hex(typ, body):
+    raw = seal(TRAINER, "n1", typ, dict(body, created_ms=1))
+    with pytest.raises(MessageError):
+        decode_message(raw, "n1")

@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
+from p2prl.protocol import is_hex
 from p2prl.rl.tasks.base import Task
 
 Record = dict[str, Any]
@@ -75,7 +76,7 @@ def parse_records(data: bytes, suffix: str, max_records: int) -> list[Record]:
 
 def _check_sha256(value: str) -> str:
     v = value.strip().lower()
-    if len(v) != 64 or any(c not in "0123456789abcdef" for c in v):
+    if not is_hex(v, 32):
         raise ValueError("data_sha256 must be 64 hex characters")
     return v
 
