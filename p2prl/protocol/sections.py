@@ -17,7 +17,6 @@ from p2prl.protocol.fields import MessageError, check_hex
 MAX_STR = 4096  # system prompts can be a paragraph; everything else is far shorter
 MAX_ITEMS = 64
 HEX_FIELDS = {"weights_hash": 32, "config_sha256": 32, "tokenizer_sha256": 32}
-PATCH_CODEC = "p2prl-sparse-v1"  # the delta format every version's patch uses (p2prl.patch.format.CODEC)
 
 T = TypeVar("T")
 
@@ -220,11 +219,8 @@ class PatchSpec:
     chunk_size: int = field(
         default=1024 * 1024, metadata={"flag": "chunk-size", "help": "Blob chunk size in bytes."}
     )
-    codec: str = PATCH_CODEC
 
     def __post_init__(self) -> None:
-        if self.codec != PATCH_CODEC:
-            raise ValueError(f"codec must be {PATCH_CODEC!r} (docs/PROTOCOL.md §5), not {self.codec!r}")
         if not 1 <= self.anchor_interval <= 100_000:
             raise ValueError("anchor_interval must be in 1..100000")
         if not 1 <= self.chunk_size <= 64 * 1024 * 1024:
