@@ -40,7 +40,6 @@ _STRIKE_REASONS = frozenset(
         "malformed",
         "wrong_topic",
         "not_ours",
-        "schema",
     }
 )
 

@@ -26,20 +26,8 @@ def manifests_topic(network_id: str) -> str:
     return topic(network_id, MANIFESTS)
 
 
-def rollouts_topic(network_id: str) -> str:
-    return topic(network_id, ROLLOUTS)
-
-
-def verdicts_topic(network_id: str) -> str:
-    return topic(network_id, VERDICTS)
-
-
 def heartbeats_topic(network_id: str) -> str:
     return topic(network_id, HEARTBEATS)
-
-
-def all_topics(network_id: str) -> list[str]:
-    return [topic(network_id, k) for k in TOPIC_TYPES]
 
 
 def kind_of(network_id: str, name: str) -> str | None:

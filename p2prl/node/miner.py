@@ -12,7 +12,6 @@ import json
 import logging
 import time
 from collections import deque
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -192,7 +191,3 @@ class Miner:
         )
         self.ctx.spawn("sync", self.sync.run)
         self.ctx.spawn("generate", self.run)
-
-
-def miner_dir(data_dir: Path) -> Path:
-    return Path(data_dir) / "miner"

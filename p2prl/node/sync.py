@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +42,11 @@ class WeightSync:
         start: Weights,
         weights_dir: Path,
         *,
-        on_staged: Callable[[Weights], None] | None = None,
         consecutive: bool = False,
     ) -> None:
         self.ctx = ctx
         self.book = book
         self.weights_dir = Path(weights_dir)
-        self.on_staged = on_staged
         self.consecutive = consecutive  # stage every version (validators check batches of each)
         self._lock = threading.Lock()
         self._current = start
@@ -130,8 +127,6 @@ class WeightSync:
             self._slow = False
             ctx.status.record_hash(w.version, w.hash)
             self._retain(w.version)
-            if self.on_staged is not None:
-                self.on_staged(w)
             self._set_state()
 
     def _base(self) -> Weights:

@@ -77,7 +77,3 @@ def relative_error(claimed: np.ndarray, recomputed: np.ndarray) -> float:
     """Estimate of ``‖u - u'‖`` (the hidden state's relative error) from the sketches; 0 if empty."""
     d = differences(claimed, recomputed)
     return float(np.sqrt(np.mean(d * d))) if d.size else 0.0
-
-
-def sketch_bytes_per_token(m: int = SKETCH_DIM) -> int:
-    return m
