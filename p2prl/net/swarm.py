@@ -38,6 +38,10 @@ IDLE_STREAM_S = 30.0
 HAVE_REFRESH_S = 0.1  # how stale a partial provider's bitmap may get while chunks are in flight
 _HAVE = -1  # a HAVE request in a worker's pipeline
 BUSY_COMPLETE_S = 0.05  # a complete holder said BUSY: ask it again (for any chunk) after this
+PROVIDER_FAILS = 3  # stream failures in a row before a provider rests ...
+PROVIDER_REST_S = 2.0  # ... this long (others, or S3, carry the download meanwhile)
+S3_WORKERS = 4  # parallel ranged GETs of one download's S3 fallback
+PACER_WAIT_SHARE = 0.25  # an upload waits for the pacer at most this share of the stream timeout
 _STREAM_ERRORS: tuple[type[BaseException], ...] = (Exception,)  # libp2p raises many unrelated types
 
 
@@ -89,7 +93,8 @@ class ChunkServer:
         self._uploads: dict[tuple[str, int], tuple[int, float]] = {}
         self._seeding = 0  # superseed chunk uploads on the wire now
         rate = ctx.config.max_upload_bytes_per_s
-        self.pacer = UploadPacer(rate, max_wait_s=ctx.config.stream_timeout_s / 4) if rate > 0 else None
+        wait = ctx.config.stream_timeout_s * PACER_WAIT_SHARE
+        self.pacer = UploadPacer(rate, max_wait_s=wait) if rate > 0 else None
 
     async def handle(self, stream: Any) -> None:
         # exceptions raised here would vanish inside libp2p: everything is caught and logged
@@ -266,7 +271,7 @@ class Download:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._recruit, nursery)
             if self.ctx.s3 is not None and self.use_s3:
-                for _ in range(4):
+                for _ in range(S3_WORKERS):
                     nursery.start_soon(self._s3_worker)
             with trio.move_on_after(timeout):
                 await self.done.wait()
@@ -427,8 +432,8 @@ class Download:
                         await close_stream(stream)
                     stream = None
                     bitmap = None
-                    if fails >= 3:
-                        self.retry_after[peer] = time.monotonic() + 2.0
+                    if fails >= PROVIDER_FAILS:
+                        self.retry_after[peer] = time.monotonic() + PROVIDER_REST_S
                         return
                     await trio.sleep(0.1 * fails)
         finally:

@@ -70,19 +70,20 @@ class Pump:
         if hb.peer_id != origin:
             self.ctx.status.incr_label("dropped", "heartbeat_peer_mismatch")
             return
-        for blob_id in hb.holds[:256]:
+        for blob_id in hb.holds[: Heartbeat.HINTED_HOLDS]:
             self.ctx.net.add_provider_hint(blob_id, hb.peer_id)
         self.dialer.offer(hb.peer_id, hb.addrs)
 
     def _heartbeat(self) -> None:
         ctx = self.ctx
+        counters = ctx.status.snapshot()["counters"]
         hb = Heartbeat(
             role=ctx.config.role,
             version=self.version(),
             peer_id=ctx.net.peer_id,
-            addrs=tuple(ctx.net.advertised_addrs()[:16]),
-            holds=tuple(self.holds()[-256:]),
-            stats={k: int(v) for k, v in list(ctx.status.snapshot()["counters"].items())[:32]},
+            addrs=tuple(ctx.net.advertised_addrs()[: Heartbeat.MAX_ADDRS]),
+            holds=tuple(self.holds()[-Heartbeat.SENT_HOLDS :]),
+            stats={k: int(v) for k, v in list(counters.items())[: Heartbeat.SENT_STATS]},
         )
         ctx.publish("heartbeats", hb)
 

@@ -26,7 +26,7 @@ from p2prl.node.context import NodeContext
 from p2prl.node.trainer_intake import FETCH_THREADS, RolloutIntake
 from p2prl.node.trainer_learner import Learner, Mailbox
 from p2prl.node.trainer_publisher import Publisher
-from p2prl.protocol.messages import RolloutAnnouncement, Verdict
+from p2prl.protocol.messages import PatchManifest, RolloutAnnouncement, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,8 @@ class Trainer:
             close()
 
     def holds(self) -> list[str]:
-        return [*(a.id for a in self.ctx.g.assets), *[m.blob.id for m in self.chain.manifests.all()][-64:]]
+        recent = [m.blob.id for m in self.chain.manifests.all()][-PatchManifest.REANNOUNCED :]
+        return [*(a.id for a in self.ctx.g.assets), *recent]
 
     def start(self) -> None:
         intake = self.intake

@@ -19,6 +19,7 @@ from p2prl.node.context import NodeContext
 from p2prl.node.trainer_learner import Mailbox
 from p2prl.node.weights import sha256_of_state
 from p2prl.patch.hashing import weights_hash
+from p2prl.protocol.messages import PatchManifest
 
 log = logging.getLogger(__name__)
 
@@ -138,4 +139,4 @@ class Publisher:
         """The newest anchor's manifest and every manifest after it: all a late joiner needs."""
         manifests = self.chain.manifests
         anchors = [m.version for m in manifests.all() if m.kind == "anchor"]
-        return manifests.envelopes(since=max(anchors, default=0))[-64:]
+        return manifests.envelopes(since=max(anchors, default=0))[-PatchManifest.REANNOUNCED :]

@@ -130,6 +130,10 @@ class PatchManifest:
 
     TYPE: ClassVar[str] = "patch_manifest"
     MAX_BYTES: ClassVar[int] = 256 * 1024
+    # the newest manifests a trainer re-sends in one burst (gossip is lossy; a late joiner needs the
+    # newest anchor and the deltas after it) and whose blobs it lists as held: far below a peer's
+    # per-forwarder burst (p2prl.net.config.Limits.peer_msg_burst) and Heartbeat.SENT_HOLDS
+    REANNOUNCED: ClassVar[int] = 64
 
     version: int
     base_version: int  # == version for an anchor
@@ -311,6 +315,13 @@ class Heartbeat:
 
     TYPE: ClassVar[str] = "heartbeat"
     MAX_BYTES: ClassVar[int] = 64 * 1024
+    MAX_ADDRS: ClassVar[int] = 16
+    MAX_HOLDS: ClassVar[int] = 512
+    MAX_STATS: ClassVar[int] = 64
+    # what a node puts in one (inside the bounds above, so no peer refuses ours) and takes from one
+    SENT_HOLDS: ClassVar[int] = 256  # the newest blob ids it holds
+    SENT_STATS: ClassVar[int] = 32  # counters, first come
+    HINTED_HOLDS: ClassVar[int] = 256  # provider hints one peer's heartbeat may add (bounded work each)
 
     role: str
     version: int
@@ -333,16 +344,18 @@ class Heartbeat:
 
     @classmethod
     def from_body(cls, b: dict[str, Any]) -> Heartbeat:
-        addrs = list_field(b, "addrs", 16)
-        holds = list_field(b, "holds", 512)
+        addrs = list_field(b, "addrs", cls.MAX_ADDRS)
+        holds = list_field(b, "holds", cls.MAX_HOLDS)
         if not all(isinstance(a, str) and len(a) < 512 for a in addrs):
             raise MessageError("addrs must be multiaddr strings")
         for h in holds:
             if not is_hex(h, 32):
                 raise MessageError("holds must be blob ids")
         stats = dict_field(b, "stats")
-        if len(stats) > 64 or not all(isinstance(v, int) and not isinstance(v, bool) for v in stats.values()):
-            raise MessageError("stats must be at most 64 integers")
+        if len(stats) > cls.MAX_STATS or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in stats.values()
+        ):
+            raise MessageError(f"stats must be at most {cls.MAX_STATS} integers")
         return cls(
             role=str_field(b, "role", 16, ROLES),
             version=int_field(b, "version", 0, MAX_VERSION),

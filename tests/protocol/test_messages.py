@@ -221,3 +221,21 @@ def test_keys_and_blob_ids_must_be_hex(typ, body):
     raw = seal(TRAINER, "n1", typ, dict(body, created_ms=1))
     with pytest.raises(MessageError):
         decode_message(raw, "n1")
+
+
+def test_a_full_heartbeat_is_one_every_peer_accepts():
+    """What a node puts in a heartbeat at most (the wiring bounds) stays inside the parser's bounds."""
+    full = Heartbeat(
+        "trainer",
+        3,
+        "12D3KooW",
+        tuple(f"/ip4/127.0.0.{i}/tcp/4001" for i in range(Heartbeat.MAX_ADDRS)),
+        tuple(hashlib.sha256(bytes([i % 256, i // 256])).hexdigest() for i in range(Heartbeat.SENT_HOLDS)),
+        {f"counter_{i}": i for i in range(Heartbeat.SENT_STATS)},
+    )
+    _, back = decode_message(encode_message(TRAINER, "n1", full), "n1")
+    assert back == full and len(encode_message(TRAINER, "n1", full)) <= Heartbeat.MAX_BYTES
+    assert Heartbeat.SENT_HOLDS <= Heartbeat.MAX_HOLDS and Heartbeat.HINTED_HOLDS <= Heartbeat.MAX_HOLDS
+    over = dict(full.to_body(), holds=list(full.holds) * 3)
+    with pytest.raises(MessageError):
+        Heartbeat.from_body(over)
