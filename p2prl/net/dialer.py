@@ -6,9 +6,10 @@ import ipaddress
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
+
+from p2prl.lru import LRU
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class Dialer:
         self.host = host
         self.stop = stop
         self.on_dialed = on_dialed
-        self._want: OrderedDict[str, tuple[float, tuple[str, ...]]] = OrderedDict()
+        self._want: LRU[str, tuple[float, tuple[str, ...]]] = LRU(4 * self.MAX_PEERS)
         self._tried: dict[str, float] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -64,11 +65,8 @@ class Dialer:
             return
         now = time.monotonic()
         with self._lock:
-            self._want.pop(peer_id, None)
-            self._want[peer_id] = (now, usable)
+            self._want.put(peer_id, (now, usable))
             self._expire(now)
-            while len(self._want) > 4 * self.MAX_PEERS:
-                self._want.popitem(last=False)
         self._wake.set()
 
     def wanted(self) -> list[str]:
