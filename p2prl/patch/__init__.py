@@ -15,7 +15,7 @@ from p2prl.patch.codec import (
     inspect_patch,
     iter_patch,
 )
-from p2prl.patch.errors import PatchError
+from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.patch.format import CODEC
 from p2prl.patch.hashing import weights_hash, weights_hash_file
 from p2prl.patch.manifests import ManifestError, ManifestStore, manifest_file_name, open_manifest
@@ -28,6 +28,7 @@ __all__ = [
     "PatchApplier",
     "PatchEncoder",
     "PatchError",
+    "PatchReason",
     "PatchStats",
     "Published",
     "PublishedVersion",

@@ -23,7 +23,7 @@ import zstandard
 
 from p2prl.patch import intcode
 from p2prl.patch.dtypes import BY_NAME, TensorLike, dtype_of, empty_like, shape_of, uint_view
-from p2prl.patch.errors import PatchError
+from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.patch.format import (
     CODEC,
     END,
@@ -187,7 +187,7 @@ class PatchEncoder:
             raise ValueError(f"index_coding must be leb128, u16esc or auto, not {index_coding!r}")
         self.specs = _specs(base)
         if self.specs != _specs(new):
-            raise PatchError("base and new differ in tensor names, dtypes or shapes")
+            raise PatchError(PatchReason.BAD_INPUT, "base and new differ in tensor names, dtypes or shapes")
         self.base, self.new = base, new
         self.zstd_level = zstd_level
         self.base_hash = base_hash
@@ -281,11 +281,11 @@ def check_base(header: Header, base: Mapping[str, TensorLike]) -> None:
     names = {s.name for s in header.tensors}
     if set(base) != names:
         missing = sorted(names - set(base))[:1] or sorted(set(base) - names)[:1]
-        raise PatchError(f"base does not match the patch: tensor sets differ (e.g. {missing[0]!r})")
+        raise PatchError(PatchReason.WRONG_BASE, f"base does not match the patch: tensor sets differ (e.g. {missing[0]!r})")
     for s in header.tensors:
         t = base[s.name]
         if dtype_of(t).name != s.dtype or shape_of(t) != s.shape:
-            raise PatchError(f"base does not match the patch: {s.name} is {dtype_of(t).name}{list(t.shape)}")
+            raise PatchError(PatchReason.WRONG_BASE, f"base does not match the patch: {s.name} is {dtype_of(t).name}{list(t.shape)}")
 
 
 class PatchApplier:
@@ -326,7 +326,7 @@ class PatchApplier:
         self._cursor = (0, 0)
         self._entered = -1  # the last tensor whose hash prefix is in self._result
         self._result = blake3.blake3(max_threads=blake3.blake3.AUTO)
-        self._error: str | None = None
+        self._error: PatchError | None = None  # once set, every later call fails with it
         self._digest = blake3.blake3()
         self.received = 0
 
@@ -336,25 +336,31 @@ class PatchApplier:
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self._error is not None:
-            raise PatchError(self._error)
+            raise self._failed()
         try:
             if self._result_hash is not None and len(data):
-                raise PatchError("trailing bytes after the end of the patch")
+                raise PatchError(PatchReason.MALFORMED, "trailing bytes after the end of the patch")
             self._buf += data
             self.received += len(data)
             self._advance()
         except PatchError as e:
-            self._fail(str(e))
+            self._fail(e)
             raise
         except (ValueError, IndexError, KeyError, OverflowError, MemoryError, TypeError, struct.error) as e:
-            self._fail(f"malformed patch: {e}")
-            raise PatchError(self._error or "malformed patch") from None
+            raise self._fail(PatchError(PatchReason.MALFORMED, f"malformed patch: {e}")) from None
 
-    def _fail(self, reason: str) -> None:
-        self._error = reason
+    def _fail(self, error: PatchError) -> PatchError:
+        """The applier is dead from here on: drop its staging copy and remember why."""
+        self._error = error
         self._staging.clear()
         self._views.clear()
         self._buf = bytearray()
+        return error
+
+    def _failed(self) -> PatchError:
+        """A fresh copy of the error that killed the applier (one exception object per raise)."""
+        assert self._error is not None
+        return PatchError(self._error.reason, self._error.detail)
 
     def _advance(self) -> None:
         buf = self._buf
@@ -384,9 +390,9 @@ class PatchApplier:
                     n, result_hash, digest = parse_end(bytes(buf[: END.size]))
                     pos = END.size
                     if n != self._segments:
-                        raise PatchError(f"end record counts {n} segments, {self._segments} arrived")
+                        raise PatchError(PatchReason.MALFORMED, f"end record counts {n} segments, {self._segments} arrived")
                     if digest != self._digest.digest():
-                        raise PatchError("patch digest mismatch: the patch is corrupted")
+                        raise PatchError(PatchReason.HASH_MISMATCH, "patch digest mismatch: the patch is corrupted")
                     self._result_hash = result_hash
                     break
                 if avail < RECORD_BYTES:
@@ -414,7 +420,7 @@ class PatchApplier:
         else:
             del buf[:pos]
             if buf:
-                raise PatchError("trailing bytes after the end of the patch")
+                raise PatchError(PatchReason.MALFORMED, "trailing bytes after the end of the patch")
 
     def _hash_consumed(self, buf: bytearray, pos: int) -> None:
         """Feed the consumed prefix ``buf[:pos]`` to the patch digest and drop it."""
@@ -434,7 +440,8 @@ class PatchApplier:
             have = weights_hash(self._base)
         if have != header.base_hash:
             raise PatchError(
-                f"wrong base: weights hash {have[:16]}…, the patch needs {header.base_hash[:16]}…"
+                PatchReason.WRONG_BASE,
+                f"wrong base: weights hash {have[:16]}…, the patch needs {header.base_hash[:16]}…",
             )
         self._header = header
         self._result.update(DOMAIN + struct.pack("<I", len(header.tensors)))
@@ -515,7 +522,7 @@ class PatchApplier:
             old = target[pos]
             new = intcode.unzigzag_add(old, vals) if seg.value_coding == VALUE_DELTA else vals
             if np.any(new == old):
-                raise PatchError("segment lists an element that does not change")
+                raise PatchError(PatchReason.MALFORMED, "segment lists an element that does not change")
             target[pos] = new
             return
         if seg.value_coding == VALUE_DELTA:
@@ -525,28 +532,31 @@ class PatchApplier:
             new = vals
             changed = int(np.count_nonzero(new != target))
         if changed != seg.count:
-            raise PatchError(f"dense segment changes {changed} elements, declares {seg.count}")
+            raise PatchError(PatchReason.MALFORMED, f"dense segment changes {changed} elements, declares {seg.count}")
         target[...] = new
 
     def finish(self) -> dict[str, TensorLike]:
         """The patched state, only if the patch is complete and the result hash matches."""
         if self._error is not None:
-            raise PatchError(self._error)
+            raise self._failed()
         if self._header is None or self._result_hash is None:
-            self._fail("truncated patch: the end record never arrived")
-            raise PatchError(self._error or "truncated patch")
+            raise self._fail(PatchError(PatchReason.MALFORMED, "truncated patch: the end record never arrived"))
         try:
             self._advance_to(len(self._header.tensors), 0)
         except PatchError as e:
-            self._fail(str(e))
+            self._fail(e)
             raise
         out: dict[str, TensorLike] = {}
         for ti, spec in enumerate(self._header.tensors):
             out[spec.name] = self._staging[ti] if ti in self._staging else self._base[spec.name]
         got = self._result.hexdigest()
         if got != self._result_hash:
-            self._fail(f"result hash mismatch: got {got[:16]}…, the patch promises {self._result_hash[:16]}…")
-            raise PatchError(self._error or "result hash mismatch")
+            raise self._fail(
+                PatchError(
+                    PatchReason.HASH_MISMATCH,
+                    f"result hash mismatch: got {got[:16]}…, the patch promises {self._result_hash[:16]}…",
+                )
+            )
         self._staging = {}
         self._views = {}
         return out
@@ -574,10 +584,10 @@ def read_header(patch: bytes | bytearray | memoryview) -> tuple[Header, int]:
     """The parsed header of a patch and the offset of its first record."""
     mv = memoryview(patch)
     if len(mv) < PREAMBLE.size:
-        raise PatchError("truncated patch: shorter than its preamble")
+        raise PatchError(PatchReason.MALFORMED, "truncated patch: shorter than its preamble")
     hlen = parse_preamble(mv[: PREAMBLE.size])
     if len(mv) < PREAMBLE.size + hlen:
-        raise PatchError("truncated patch: header cut short")
+        raise PatchError(PatchReason.MALFORMED, "truncated patch: header cut short")
     return parse_header(bytes(mv[PREAMBLE.size : PREAMBLE.size + hlen])), PREAMBLE.size + hlen
 
 
@@ -607,21 +617,21 @@ def inspect_patch(patch: bytes | bytearray | memoryview) -> dict[str, Any]:
     while True:
         if len(mv) - pos >= 1 and mv[pos] == KIND_END:
             if len(mv) - pos < END.size:
-                raise PatchError("truncated patch: end record cut short")
+                raise PatchError(PatchReason.MALFORMED, "truncated patch: end record cut short")
             count, result_hash, digest = parse_end(mv[pos : pos + END.size])
             if count != n:
-                raise PatchError(f"end record counts {count} segments, the patch holds {n}")
+                raise PatchError(PatchReason.MALFORMED, f"end record counts {count} segments, the patch holds {n}")
             if digest != blake3.blake3(mv[:pos]).digest():
-                raise PatchError("patch digest mismatch: the patch is corrupted")
+                raise PatchError(PatchReason.HASH_MISMATCH, "patch digest mismatch: the patch is corrupted")
             pos += END.size
             break
         if len(mv) - pos < RECORD_BYTES:
-            raise PatchError("truncated patch: record cut short")
+            raise PatchError(PatchReason.MALFORMED, "truncated patch: record cut short")
         rec = mv[pos : pos + RECORD_BYTES]
         pos += RECORD_BYTES
         seg = parse_segment(rec, header, prev)
         if len(mv) - pos < seg.payload_len:
-            raise PatchError("truncated patch: segment payload cut short")
+            raise PatchError(PatchReason.MALFORMED, "truncated patch: segment payload cut short")
         pos += seg.payload_len
         prev = (seg.tensor, seg.start + seg.span)
         n += 1
@@ -635,7 +645,7 @@ def inspect_patch(patch: bytes | bytearray | memoryview) -> dict[str, Any]:
         if seg.kind == KIND_SPARSE:
             t["index_codings"][INDEX_CODINGS[seg.index_coding]] += 1
     if pos != len(mv):
-        raise PatchError("trailing bytes after the end of the patch")
+        raise PatchError(PatchReason.MALFORMED, "trailing bytes after the end of the patch")
     numel = sum(s.numel for s in header.tensors)
     changed = sum(t["changed"] for t in per)
     return {

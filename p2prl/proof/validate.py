@@ -25,58 +25,9 @@ import numpy as np
 from p2prl.proof.batch import BatchError, BatchLimits, RolloutBatch, commitment_root, decode_batch
 from p2prl.proof.fingerprint import SKETCH_DIM
 from p2prl.proof.recompute import Job, fisher_log_pvalues, iter_rollout_stats
-from p2prl.protocol.messages import RolloutAnnouncement, Verdict
-
-OK = "ok"
-# transport / bookkeeping (soft)
-BLOB_MISMATCH = "blob_mismatch"
-STALE = "stale"
-FUTURE_VERSION = "future_version"
-UNKNOWN_VERSION = "unknown_version"
-MANIFEST_MISMATCH = "manifest_mismatch"
-INDEX_GAP = "index_gap"  # the batch does not start at the miner's next prompt index for the version
-# the miner signed something wrong (hard)
-BATCH_MALFORMED = "batch_malformed"
-BATCH_OVERSIZED = "batch_oversized"
-BATCH_VOCAB = "batch_vocab"
-HEADER_MISMATCH = "header_mismatch"
-GROUP_COUNT = "group_count"
-COMMITMENT_MISMATCH = "commitment_mismatch"
-DUPLICATE_INDEX = "duplicate_index"
-INDEX_ORDER = "index_order"  # a batch's prompt indices are not consecutive
-GROUP_SIZE = "group_size"
-LENGTH = "length"
-PROMPT_MISMATCH = "prompt_mismatch"
-REWARD = "reward"
-DUPLICATE = "duplicate"
-COPIED = "copied"
-FINGERPRINT = "fingerprint"
-LOGPROB = "logprob"
-DISTRIBUTION = "distribution"  # one rollout's tokens are unlikely: the group is dropped, no penalty
-DISTRIBUTION_BATCH = "distribution_batch"  # the whole batch's tokens are: proof of another sampler
-NOT_CHECKED = "not_checked"  # another group of the same batch failed hard
-
-HARD_FAILURES = frozenset(
-    {
-        BATCH_MALFORMED,
-        BATCH_OVERSIZED,
-        BATCH_VOCAB,
-        HEADER_MISMATCH,
-        GROUP_COUNT,
-        COMMITMENT_MISMATCH,
-        DUPLICATE_INDEX,
-        INDEX_ORDER,
-        GROUP_SIZE,
-        LENGTH,
-        PROMPT_MISMATCH,
-        REWARD,
-        DUPLICATE,
-        COPIED,
-        FINGERPRINT,
-        LOGPROB,
-        DISTRIBUTION_BATCH,
-    }
-)
+from p2prl.protocol.messages import GroupVerdict, RolloutAnnouncement, Verdict
+from p2prl.reasons import HARD_FAILURES
+from p2prl.reasons import VerdictReason as R
 
 
 @dataclass(frozen=True)
@@ -115,13 +66,6 @@ class ValidatorConfig:
     forward_tokens: int = 8192  # padded tokens per batched forward
     sketch_dim: int = SKETCH_DIM
     limits: BatchLimits = field(default_factory=BatchLimits)
-
-
-@dataclass(frozen=True)
-class GroupVerdict:
-    index: int  # position of the group in the batch
-    accepted: bool
-    reason: str
 
 
 @dataclass
@@ -236,19 +180,19 @@ class RolloutValidator:
         if self.started_at is None:
             self.started_at = current_version
         if cfg.groups_per_batch is not None and n != cfg.groups_per_batch:  # signed: before any work
-            return _all(n, GROUP_COUNT, hard=True)
+            return _all(n, R.GROUP_COUNT, hard=True)
         if len(batch_bytes) != ann.blob.size or hashlib.sha256(batch_bytes).hexdigest() != ann.blob.id:
-            return _all(n, BLOB_MISMATCH)
+            return _all(n, R.BLOB_MISMATCH)
         if ann.version > current_version:
-            return _all(n, FUTURE_VERSION)
+            return _all(n, R.FUTURE_VERSION)
         if current_version - ann.version > cfg.max_staleness:
-            return _all(n, STALE)
+            return _all(n, R.STALE)
         held = self.versions(ann.version)
         if held is None:
-            return _all(n, UNKNOWN_VERSION)
+            return _all(n, R.UNKNOWN_VERSION)
         manifest_hash, model = held
         if manifest_hash != ann.manifest_hash:
-            return _all(n, MANIFEST_MISMATCH)
+            return _all(n, R.MANIFEST_MISMATCH)
         try:
             batch = decode_batch(batch_bytes, self._limits())
         except BatchError as e:
@@ -258,13 +202,13 @@ class RolloutValidator:
             or batch.manifest_hash != ann.manifest_hash
             or batch.miner != miner_key
         ):
-            return _all(n, HEADER_MISMATCH, hard=True)
+            return _all(n, R.HEADER_MISMATCH, hard=True)
         if len(batch.groups) != n:
-            return _all(n, GROUP_COUNT, hard=True)
+            return _all(n, R.GROUP_COUNT, hard=True)
         if commitment_root(batch) != ann.commitment_root:
-            return _all(n, COMMITMENT_MISMATCH, hard=True)
+            return _all(n, R.COMMITMENT_MISMATCH, hard=True)
         order = self._index_order(batch)
-        if order != OK:
+        if order != R.OK:
             return _all(n, order, hard=order in HARD_FAILURES)
         return self._check_groups(batch, model, ann.blob.id)
 
@@ -276,21 +220,21 @@ class RolloutValidator:
         Versions older than this validator's start are judged from the first batch it sees (a restart
         must not drop a miner's version in progress)."""
         if not self.config.contiguous_indices:
-            return OK
+            return R.OK
         first = batch.groups[0].index
         if [g.index for g in batch.groups] != list(range(first, first + len(batch.groups))):
-            return INDEX_ORDER
+            return R.INDEX_ORDER
         key = (batch.version, batch.miner)
         # a version that began before this validator started: its first batch of a miner sets the start
         since = 0 if self.started_at is None or batch.version > self.started_at else first
         expected = self.next_index.get(key, since)
         if first > expected or (first < expected and (*key, first) not in self.used_slots):
-            return INDEX_GAP
+            return R.INDEX_GAP
         self.next_index[key] = max(expected, first + len(batch.groups))
         self.next_index.move_to_end(key)
         while len(self.next_index) > self.config.seen_capacity:
             self.next_index.popitem(last=False)
-        return OK
+        return R.OK
 
     def _limits(self) -> BatchLimits:
         lim = self.config.limits
@@ -313,30 +257,30 @@ class RolloutValidator:
         from p2prl.rl.tasks import derive_seed
 
         cfg = self.config
-        reasons: list[str] = [OK] * len(batch.groups)
+        reasons: list[str] = [R.OK] * len(batch.groups)
         problems: list[Any] = [None] * len(batch.groups)
         seen_idx: set[int] = set()
         for gi, g in enumerate(batch.groups):
             slot = (batch.version, batch.miner, g.index)
             if g.index in seen_idx or slot in self.used_slots:
-                reasons[gi] = DUPLICATE_INDEX
+                reasons[gi] = R.DUPLICATE_INDEX
                 continue
             seen_idx.add(g.index)
             if cfg.group_size is not None and len(g.rollouts) != cfg.group_size:
-                reasons[gi] = GROUP_SIZE
+                reasons[gi] = R.GROUP_SIZE
                 continue
             problem = self.task.problem(derive_seed(batch.manifest_hash, batch.miner, g.index))
             problems[gi] = problem
             if self.tokenizer.encode_prompt(problem.prompt) != g.prompt_ids.tolist():
-                reasons[gi] = PROMPT_MISMATCH
+                reasons[gi] = R.PROMPT_MISMATCH
                 continue
             for r in g.rollouts:
                 ids = r.completion_ids.tolist()
                 if len(ids) > cfg.max_new_tokens or set(ids[:-1]) & set(self.tokenizer.stop_ids):
-                    reasons[gi] = LENGTH
+                    reasons[gi] = R.LENGTH
                     break
                 if self.task.reward(problem, self.tokenizer.decode(ids)) != r.reward:
-                    reasons[gi] = REWARD
+                    reasons[gi] = R.REWARD
                     break
         # duplicates, over every rollout: a repeat is only suspicious when it is unlikely under the
         # model, so every repeat is recomputed whether or not it was sampled
@@ -344,7 +288,7 @@ class RolloutValidator:
         local: dict[bytes, int] = {}  # this batch's (prompt, completion) keys -> first group
         repeats: dict[tuple[int, int], bool] = {}  # (group, rollout) -> seen from another miner
         for gi, g in enumerate(batch.groups):
-            if reasons[gi] != OK:
+            if reasons[gi] != R.OK:
                 continue
             for ri, r in enumerate(g.rollouts):
                 key = SeenIndex.key(g.prompt_ids, r.completion_ids)
@@ -356,7 +300,7 @@ class RolloutValidator:
                 local.setdefault(key, gi)
         todo = []
         for gi, g in enumerate(batch.groups):  # no model work once a cheap check found a lie
-            if reasons[gi] == OK and not any(r in HARD_FAILURES for r in reasons):
+            if reasons[gi] == R.OK and not any(r in HARD_FAILURES for r in reasons):
                 picked = self._sampled(blob_id, gi, len(g.rollouts))
                 todo += [(gi, ri) for ri in range(len(g.rollouts)) if ri in picked or (gi, ri) in repeats]
         results: list[dict[str, float]] = []
@@ -373,16 +317,16 @@ class RolloutValidator:
             stats["fingerprint_err_max"] = max(stats["fingerprint_err_max"], res["fp_rollout"])
             stats["logprob_err_max"] = max(stats["logprob_err_max"], res["lp_max"])
             stats["distribution_logp_min"] = min(stats["distribution_logp_min"], res["dist_logp"])
-            if reasons[gi] != OK:
+            if reasons[gi] != R.OK:
                 continue
             if res["fp_rollout"] > cfg.fingerprint_tol_rollout:
-                reasons[gi] = FINGERPRINT
+                reasons[gi] = R.FINGERPRINT
             elif res["lp_mean"] > cfg.logprob_tol_mean or res["lp_max"] > cfg.logprob_tol_max:
-                reasons[gi] = LOGPROB
+                reasons[gi] = R.LOGPROB
             elif res["dist_logp"] < math.log(cfg.distribution_alpha):
-                reasons[gi] = DISTRIBUTION
+                reasons[gi] = R.DISTRIBUTION
             elif (gi, ri) in repeats and res["seq_logprob"] < math.log(cfg.copy_max_prob):
-                reasons[gi] = COPIED if repeats[(gi, ri)] else DUPLICATE
+                reasons[gi] = R.COPIED if repeats[(gi, ri)] else R.DUPLICATE
             if reasons[gi] in HARD_FAILURES:  # proof enough: no further forward passes
                 break
         stats["rollouts_recomputed"] = float(len(results))
@@ -392,18 +336,18 @@ class RolloutValidator:
         batch_logp = fisher_log_pvalue_sum(log_tails, n_tails)
         stats["distribution_batch_logp"] = batch_logp
         if batch_logp < math.log(cfg.distribution_batch_alpha):
-            flagged = [gi for gi, r in enumerate(reasons) if r == DISTRIBUTION] or [
-                gi for gi, r in enumerate(reasons) if r == OK
+            flagged = [gi for gi, r in enumerate(reasons) if r == R.DISTRIBUTION] or [
+                gi for gi, r in enumerate(reasons) if r == R.OK
             ]
             for gi in flagged:
-                reasons[gi] = DISTRIBUTION_BATCH
+                reasons[gi] = R.DISTRIBUTION_BATCH
         for gi, v in fp_sq.items():
             sq, cnt = sum(v[0::2]), sum(v[1::2])
             err = math.sqrt(sq / cnt) if cnt else 0.0
             stats["fingerprint_err_group_max"] = max(stats.get("fingerprint_err_group_max", 0.0), err)
             stats["fingerprint_err_group_min"] = min(stats.get("fingerprint_err_group_min", math.inf), err)
-            if reasons[gi] == OK and err > cfg.fingerprint_tol:
-                reasons[gi] = FINGERPRINT
+            if reasons[gi] == R.OK and err > cfg.fingerprint_tol:
+                reasons[gi] = R.FINGERPRINT
         verdict = self._verdict(batch, reasons, problems, unique, stats)
         for key, gi in local.items():  # only accepted content claims a place in the index
             if verdict.groups[gi].accepted:
@@ -427,10 +371,10 @@ class RolloutValidator:
 
         hard = any(r in HARD_FAILURES for r in reasons)
         if hard:  # a batch that lies anywhere earns nothing anywhere
-            reasons = [r if r != OK else NOT_CHECKED for r in reasons]
+            reasons = [r if r != R.OK else R.NOT_CHECKED for r in reasons]
         groups, valid, n_unique = [], [], 0
         for gi, (g, reason) in enumerate(zip(batch.groups, reasons, strict=True)):
-            ok = reason == OK
+            ok = reason == R.OK
             groups.append(GroupVerdict(gi, ok, reason))
             if ok:
                 n_unique += unique[gi]
@@ -493,5 +437,5 @@ def to_verdict(bv: BatchVerdict, announcement: RolloutAnnouncement, miner_key: b
         blob_id=announcement.blob.id,
         miner=miner_key.hex(),
         version=announcement.version,
-        groups=tuple({"index": g.index, "accepted": g.accepted, "reason": g.reason} for g in bv.groups),
+        groups=tuple(bv.groups),
     )

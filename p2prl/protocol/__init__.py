@@ -4,6 +4,7 @@ from p2prl.protocol.blobs import DEFAULT_CHUNK_SIZE, BlobRef, blob_ref_for, chun
 from p2prl.protocol.messages import (
     MAX_ENVELOPE_BYTES,
     Genesis,
+    GroupVerdict,
     Heartbeat,
     MessageError,
     PatchManifest,
@@ -19,6 +20,7 @@ __all__ = [
     "MAX_ENVELOPE_BYTES",
     "BlobRef",
     "Genesis",
+    "GroupVerdict",
     "Heartbeat",
     "MessageError",
     "PatchManifest",
