@@ -48,7 +48,8 @@ SETS = {
     ),
     "soft": (
         SOFT_FAILURES,
-        "blob_mismatch stale future_version unknown_version manifest_mismatch index_gap distribution not_checked",
+        "blob_mismatch stale future_version unknown_version manifest_mismatch index_gap distribution "
+        "not_checked",
     ),
     "strike": (
         STRIKE_REASONS,

@@ -114,7 +114,8 @@ def open_envelope(
     (blen,) = struct.unpack(">I", data[pos : pos + 4])
     pos += 4
     if len(data) != pos + blen + SIGNATURE_BYTES:
-        kind = InputReason.TRUNCATED if len(data) < pos + blen + SIGNATURE_BYTES else InputReason.TRAILING_BYTES
+        short = len(data) < pos + blen + SIGNATURE_BYTES
+        kind = InputReason.TRUNCATED if short else InputReason.TRAILING_BYTES
         raise EnvelopeError(kind, f"length {len(data)} does not match declared body of {blen} bytes")
     if not _TYPE_RE.match(t):
         raise EnvelopeError(InputReason.BAD_TYPE, repr(t))

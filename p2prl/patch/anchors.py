@@ -32,5 +32,8 @@ def decode_anchor(
     if expected_hash is not None:
         got = weights_hash(state)
         if got != expected_hash:
-            raise PatchError(PatchReason.HASH_MISMATCH, f"anchor hash mismatch: got {got[:16]}…, expected {expected_hash[:16]}…")
+            raise PatchError(
+                PatchReason.HASH_MISMATCH,
+                f"anchor hash mismatch: got {got[:16]}…, expected {expected_hash[:16]}…",
+            )
     return state

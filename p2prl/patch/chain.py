@@ -20,7 +20,8 @@ from p2prl.atomicfile import write_atomic
 from p2prl.crypto.keys import Identity
 from p2prl.net.store import BlobStore, StoreError
 from p2prl.patch.anchors import ANCHOR_CODEC, decode_anchor, encode_anchor
-from p2prl.patch.codec import PatchApplier, PatchEncoder
+from p2prl.patch.apply import PatchApplier
+from p2prl.patch.encode import PatchEncoder
 from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.patch.format import CODEC
 from p2prl.patch.hashing import weights_hash
@@ -86,7 +87,10 @@ class _Links:
             table = self.deltas if m.kind == "delta" else self.anchors
             old = table.get(m.version)
             if old is not None and old.result_hash != m.result_hash:
-                raise PatchError(PatchReason.BAD_MANIFEST, f"two {m.kind} manifests for version {m.version} disagree")
+                raise PatchError(
+                    PatchReason.BAD_MANIFEST,
+                    f"two {m.kind} manifests for version {m.version} disagree",
+                )
             table[m.version] = m
 
     @property
@@ -164,7 +168,10 @@ def plan_sync(
         return fast
     if slow is not None:
         return slow
-    raise PatchError(PatchReason.UNAVAILABLE, f"no verified path to version {target}: missing anchor or delta")
+    raise PatchError(
+        PatchReason.UNAVAILABLE,
+        f"no verified path to version {target}: missing anchor or delta",
+    )
 
 
 def materialize(
@@ -187,7 +194,10 @@ def materialize(
         try:
             blob = load_blob(m.blob.id)
         except (StoreError, KeyError, OSError) as e:
-            raise PatchError(PatchReason.UNAVAILABLE, f"blob {m.blob.id[:16]} of version {m.version} unavailable: {e}") from None
+            raise PatchError(
+                PatchReason.UNAVAILABLE,
+                f"blob {m.blob.id[:16]} of version {m.version} unavailable: {e}",
+            ) from None
         if len(blob) != m.blob.size:
             raise PatchError(
                 PatchReason.HASH_MISMATCH,
@@ -202,16 +212,28 @@ def materialize(
         if m.codec != CODEC:
             raise PatchError(PatchReason.UNSUPPORTED, f"unsupported patch codec {m.codec!r}")
         if state is None:
-            raise PatchError(PatchReason.WRONG_BASE, f"version {m.version} is a delta but there is no state to apply it to")
+            raise PatchError(
+                PatchReason.WRONG_BASE,
+                f"version {m.version} is a delta but there is no state to apply it to",
+            )
         if h is not None and h != m.base_hash:
-            raise PatchError(PatchReason.WRONG_BASE, f"version {m.version} applies to {m.base_hash[:16]}…, state is {h[:16]}…")
+            raise PatchError(
+                PatchReason.WRONG_BASE,
+                f"version {m.version} applies to {m.base_hash[:16]}…, state is {h[:16]}…",
+            )
         applier = PatchApplier(state, base_hash=h)
         applier.feed(blob)
         if applier.header is not None and applier.header.base_hash != m.base_hash:
-            raise PatchError(PatchReason.WRONG_BASE, f"patch of version {m.version} does not match its manifest's base hash")
+            raise PatchError(
+                PatchReason.WRONG_BASE,
+                f"patch of version {m.version} does not match its manifest's base hash",
+            )
         new_state = applier.finish()
         if applier.result_hash != m.result_hash:
-            raise PatchError(PatchReason.HASH_MISMATCH, f"patch of version {m.version} does not produce its manifest's result hash")
+            raise PatchError(
+                PatchReason.HASH_MISMATCH,
+                f"patch of version {m.version} does not produce its manifest's result hash",
+            )
         state, h = new_state, m.result_hash
     if state is None:
         raise PatchError(PatchReason.BAD_INPUT, "empty plan and no start state")

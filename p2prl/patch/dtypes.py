@@ -58,7 +58,10 @@ class RawTensor:
         d = dtype_named(self.dtype)
         numel = int(np.prod(self.shape, dtype=np.int64))
         if self.data.dtype != d.uint or self.data.ndim != 1 or self.data.size != numel:
-            raise PatchError(PatchReason.MALFORMED, f"raw tensor data does not match {self.dtype}{list(self.shape)}")
+            raise PatchError(
+                PatchReason.MALFORMED,
+                f"raw tensor data does not match {self.dtype}{list(self.shape)}",
+            )
 
     @classmethod
     def empty(cls, dtype: str, shape: tuple[int, ...]) -> RawTensor:

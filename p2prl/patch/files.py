@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from p2prl.atomicfile import write_atomic
-from p2prl.patch.codec import PatchApplier, PatchEncoder, PatchStats
+from p2prl.patch.apply import PatchApplier
 from p2prl.patch.dtypes import BY_NAME, RawTensor, TensorLike, dtype_of, shape_of, uint_view
+from p2prl.patch.encode import PatchEncoder, PatchStats
 from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.patch.hashing import read_safetensors_header
 

@@ -191,7 +191,10 @@ def parse_segment(rec: bytes | memoryview, header: Header, prev_end: tuple[int, 
     spec = header.tensors[ti]
     w = BY_NAME[spec.dtype].itemsize
     if not 0 < span <= MAX_SPAN or start + span > spec.numel:
-        raise PatchError(PatchReason.MALFORMED, f"segment range {start}+{span} outside {spec.name} ({spec.numel} elements)")
+        raise PatchError(
+            PatchReason.MALFORMED,
+            f"segment range {start}+{span} outside {spec.name} ({spec.numel} elements)",
+        )
     if (ti, start) < prev_end:
         raise PatchError(PatchReason.MALFORMED, "segments out of order or overlapping")
     if not 0 < count <= span:
@@ -239,7 +242,10 @@ def zstd_unpack(frame: bytes | memoryview, raw_len: int) -> bytes:
     except zstandard.ZstdError as e:
         raise PatchError(PatchReason.MALFORMED, f"bad zstd frame: {e}") from None
     if params.content_size != raw_len:
-        raise PatchError(PatchReason.MALFORMED, f"zstd frame declares {params.content_size} bytes, segment says {raw_len}")
+        raise PatchError(
+            PatchReason.MALFORMED,
+            f"zstd frame declares {params.content_size} bytes, segment says {raw_len}",
+        )
     try:
         dobj = zstandard.ZstdDecompressor().decompressobj()
         out = dobj.decompress(frame)

@@ -86,12 +86,18 @@ def read_safetensors_header(
         except (KeyError, TypeError, ValueError):
             raise PatchError(PatchReason.MALFORMED, f"safetensors entry {name!r} is malformed") from None
         if dtype not in BY_NAME or not all(isinstance(s, int) and s >= 0 for s in shape):
-            raise PatchError(PatchReason.MALFORMED, f"safetensors entry {name!r} has an unsupported dtype or shape")
+            raise PatchError(
+                PatchReason.MALFORMED,
+                f"safetensors entry {name!r} has an unsupported dtype or shape",
+            )
         nbytes = int(np.prod(shape, dtype=np.int64)) * BY_NAME[dtype].itemsize
         if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end <= data_len):
             raise PatchError(PatchReason.MALFORMED, f"safetensors entry {name!r} lies outside the file")
         if end - begin != nbytes:
-            raise PatchError(PatchReason.MALFORMED, f"safetensors entry {name!r} has {end - begin} bytes, its shape needs {nbytes}")
+            raise PatchError(
+                PatchReason.MALFORMED,
+                f"safetensors entry {name!r} has {end - begin} bytes, its shape needs {nbytes}",
+            )
         out[name] = (dtype, shape, begin, end)
     return out, 8 + hlen
 

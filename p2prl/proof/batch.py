@@ -160,23 +160,33 @@ def decode_batch(data: bytes, limits: BatchLimits | None = None) -> RolloutBatch
     if sketch_dim != lim.sketch_dim:
         raise BatchError(VerdictReason.BATCH_MALFORMED, f"sketch_dim {sketch_dim}, expected {lim.sketch_dim}")
     if not 1 <= n_groups <= lim.max_groups:
-        raise BatchError(VerdictReason.BATCH_OVERSIZED if n_groups else VerdictReason.BATCH_MALFORMED, f"{n_groups} groups")
+        raise BatchError(
+            VerdictReason.BATCH_OVERSIZED if n_groups else VerdictReason.BATCH_MALFORMED,
+            f"{n_groups} groups",
+        )
     total = 0
     groups: list[GroupRecord] = []
     for _ in range(n_groups):
         index, n_prompt, n_rollouts = rd.unpack(_GROUP)
         if not 1 <= n_prompt <= lim.max_prompt_tokens:
             raise BatchError(
-                VerdictReason.BATCH_OVERSIZED if n_prompt else VerdictReason.BATCH_MALFORMED, f"prompt of {n_prompt} tokens"
+                VerdictReason.BATCH_OVERSIZED if n_prompt else VerdictReason.BATCH_MALFORMED,
+                f"prompt of {n_prompt} tokens",
             )
         if not 1 <= n_rollouts <= lim.max_rollouts_per_group:
-            raise BatchError(VerdictReason.BATCH_OVERSIZED if n_rollouts else VerdictReason.BATCH_MALFORMED, f"{n_rollouts} rollouts")
+            raise BatchError(
+                VerdictReason.BATCH_OVERSIZED if n_rollouts else VerdictReason.BATCH_MALFORMED,
+                f"{n_rollouts} rollouts",
+            )
         prompt = _read_ids(rd, n_prompt, lim.vocab_size)
         g = GroupRecord(index=index, prompt_ids=prompt)
         for _ in range(n_rollouts):
             n, reward = rd.unpack(_ROLLOUT)
             if not 1 <= n <= lim.max_completion_tokens:
-                raise BatchError(VerdictReason.BATCH_OVERSIZED if n else VerdictReason.BATCH_MALFORMED, f"completion of {n} tokens")
+                raise BatchError(
+                    VerdictReason.BATCH_OVERSIZED if n else VerdictReason.BATCH_MALFORMED,
+                    f"completion of {n} tokens",
+                )
             total += n + n_prompt
             if total > lim.max_total_tokens:
                 raise BatchError(VerdictReason.BATCH_OVERSIZED, f"more than {lim.max_total_tokens} tokens")
@@ -197,7 +207,10 @@ def decode_batch(data: bytes, limits: BatchLimits | None = None) -> RolloutBatch
 def _read_ids(rd: _Reader, n: int, vocab: int) -> np.ndarray:
     ids = np.frombuffer(rd.take(4 * n), dtype="<u4").astype(np.uint32)
     if ids.size and int(ids.max()) >= vocab:
-        raise BatchError(VerdictReason.BATCH_VOCAB, f"token id {int(ids.max())} outside vocabulary of {vocab}")
+        raise BatchError(
+            VerdictReason.BATCH_VOCAB,
+            f"token id {int(ids.max())} outside vocabulary of {vocab}",
+        )
     return ids
 
 

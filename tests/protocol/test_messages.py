@@ -171,7 +171,8 @@ def test_unknown_type_and_oversized():
 
 def test_verdict_groups_are_records_with_the_old_wire_bytes():
     """A verdict's groups were plain objects on the wire; the typed record signs the same bytes."""
-    v = Verdict(H, TRAINER.public_hex, 3, (GroupVerdict(0, True, "ok"), GroupVerdict(7, False, "reward")), H, 5)
+    groups = (GroupVerdict(0, True, "ok"), GroupVerdict(7, False, "reward"))
+    v = Verdict(H, TRAINER.public_hex, 3, groups, H, 5)
     old = {
         "blob_id": H,
         "miner": TRAINER.public_hex,
