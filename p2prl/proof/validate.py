@@ -17,7 +17,7 @@ import math
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -69,12 +69,37 @@ class ValidatorConfig:
 
 
 @dataclass
+class CheckStats:
+    """What the model checks of one batch measured, against the tolerances: read by calibration
+    (``proof.calibrate``), the benchmark and logs. All zero when no rollout was recomputed."""
+
+    fingerprint_err_max: float = 0.0  # the worst rollout's rms fingerprint error
+    fingerprint_err_group_max: float = 0.0  # the worst group's (rms over all its checked positions)
+    fingerprint_err_group_min: float = 0.0  # the best group's
+    logprob_err_max: float = 0.0  # the largest per-token behaviour logprob error
+    distribution_logp_min: float = 0.0  # the least likely rollout's Fisher log p-value
+    distribution_batch_logp: float = 0.0  # the whole batch's Fisher log p-value
+    rollouts_picked: int = 0  # the secret sample plus every repeat
+    rollouts_recomputed: int = 0  # fewer than picked when a hard failure stopped the checks
+
+    def add_rollout(self, res: dict[str, float]) -> None:
+        """Fold in one recomputed rollout's statistics (``recompute.iter_rollout_stats``)."""
+        self.rollouts_recomputed += 1
+        self.fingerprint_err_max = max(self.fingerprint_err_max, res["fp_rollout"])
+        self.logprob_err_max = max(self.logprob_err_max, res["lp_max"])
+        self.distribution_logp_min = min(self.distribution_logp_min, res["dist_logp"])
+
+    def to_dict(self) -> dict[str, float]:
+        return {f.name: float(getattr(self, f.name)) for f in fields(self)}
+
+
+@dataclass
 class BatchVerdict:
     groups: list[GroupVerdict]
     valid_groups: list[Any]  # p2prl.rl.types.RolloutGroup
     hard_failure: bool = False
     unique_rollouts: int = 0
-    stats: dict[str, float] = field(default_factory=dict)
+    stats: CheckStats = field(default_factory=CheckStats)
 
     @property
     def accepted_rollouts(self) -> int:
@@ -252,8 +277,27 @@ class RolloutValidator:
             sketch_dim=self.config.sketch_dim,
         )
 
-    # -- per group -------------------------------------------------------------------------------
+    # -- per group: the phases, in order -------------------------------------------------------
     def _check_groups(self, batch: RolloutBatch, model: Any, blob_id: str) -> BatchVerdict:
+        """Judge each group: the cheap checks of what the miner claims over every rollout, repeats,
+        then the model checks of the picked rollouts, the whole batch's token distribution and each
+        group's fingerprint. ``reasons`` holds each group's verdict so far; a phase only judges
+        groups still ``ok``."""
+        reasons, problems = self._check_claims(batch)
+        unique, keys, repeats = self._find_repeats(batch, reasons)
+        todo = self._pick_rollouts(batch, blob_id, reasons, repeats)
+        stats = CheckStats(rollouts_picked=len(todo))
+        fp, tails = self._check_rollouts(batch, model, blob_id, todo, repeats, reasons, stats)
+        self._check_batch_distribution(tails, reasons, stats)
+        self._check_group_fingerprints(fp, reasons, stats)
+        verdict = self._verdict(batch, reasons, problems, unique, stats)
+        self._remember(batch, verdict, keys, blob_id)
+        return verdict
+
+    def _check_claims(self, batch: RolloutBatch) -> tuple[list[str], list[Any]]:
+        """Shape and content of every group without the model: its prompt index is new, its size is
+        the genesis group size, its prompt is the one derived for it, and every completion's length,
+        stop tokens and reward are what the task gives. Returns the reasons and the tasks' problems."""
         from p2prl.rl.tasks import derive_seed
 
         cfg = self.config
@@ -282,11 +326,18 @@ class RolloutValidator:
                 if self.task.reward(problem, self.tokenizer.decode(ids)) != r.reward:
                     reasons[gi] = R.REWARD
                     break
-        # duplicates, over every rollout: a repeat is only suspicious when it is unlikely under the
-        # model, so every repeat is recomputed whether or not it was sampled
+        return reasons, problems
+
+    def _find_repeats(
+        self, batch: RolloutBatch, reasons: list[str]
+    ) -> tuple[list[int], dict[bytes, int], dict[tuple[int, int], bool]]:
+        """Repeated (prompt, completion)s over every rollout of the groups still ok: a repeat is only
+        suspicious when it is unlikely under the model, so every repeat is recomputed whether or not
+        it was sampled. Returns per group its unique rollouts, this batch's keys -> first group, and
+        the repeats: (group, rollout) -> whether another miner had it first."""
         unique = [0] * len(batch.groups)
-        local: dict[bytes, int] = {}  # this batch's (prompt, completion) keys -> first group
-        repeats: dict[tuple[int, int], bool] = {}  # (group, rollout) -> seen from another miner
+        local: dict[bytes, int] = {}
+        repeats: dict[tuple[int, int], bool] = {}
         for gi, g in enumerate(batch.groups):
             if reasons[gi] != R.OK:
                 continue
@@ -298,58 +349,95 @@ class RolloutValidator:
                 else:
                     repeats[(gi, ri)] = prev is not None and prev[0] != batch.miner
                 local.setdefault(key, gi)
+        return unique, local, repeats
+
+    def _pick_rollouts(
+        self, batch: RolloutBatch, blob_id: str, reasons: list[str], repeats: dict[tuple[int, int], bool]
+    ) -> list[tuple[int, int]]:
+        """The (group, rollout)s to recompute: the secret sample of each group still ok, and every
+        repeat; none once a cheap check found a lie."""
+        if any(r in HARD_FAILURES for r in reasons):
+            return []
         todo = []
-        for gi, g in enumerate(batch.groups):  # no model work once a cheap check found a lie
-            if reasons[gi] == R.OK and not any(r in HARD_FAILURES for r in reasons):
+        for gi, g in enumerate(batch.groups):
+            if reasons[gi] == R.OK:
                 picked = self._sampled(blob_id, gi, len(g.rollouts))
                 todo += [(gi, ri) for ri in range(len(g.rollouts)) if ri in picked or (gi, ri) in repeats]
-        results: list[dict[str, float]] = []
-        fp_sq: dict[int, list[float]] = {}
-        stats = {
-            "fingerprint_err_max": 0.0,
-            "logprob_err_max": 0.0,
-            "distribution_logp_min": 0.0,
-        }
+        return todo
+
+    def _check_rollouts(
+        self,
+        batch: RolloutBatch,
+        model: Any,
+        blob_id: str,
+        todo: list[tuple[int, int]],
+        repeats: dict[tuple[int, int], bool],
+        reasons: list[str],
+        stats: CheckStats,
+    ) -> tuple[dict[int, tuple[float, float]], tuple[float, int]]:
+        """Recompute the picked rollouts with the model and check each: fingerprint, behaviour
+        logprobs, the likelihood of its tokens, and (for a repeat) whether it is a copy. Stops at the
+        first hard failure (proof enough). Returns per group the fingerprint's (squared error, count)
+        and the batch's (sum of log tail probabilities, count) over what was recomputed."""
+        fp: dict[int, tuple[float, float]] = {}
+        log_tails, n_tails = 0.0, 0
         for (gi, ri), res in zip(todo, self._model_checks(batch, model, todo, blob_id), strict=False):
-            results.append(res)
-            fp_sq.setdefault(gi, []).append(res["fp_sq"])
-            fp_sq[gi].append(res["fp_n"])
-            stats["fingerprint_err_max"] = max(stats["fingerprint_err_max"], res["fp_rollout"])
-            stats["logprob_err_max"] = max(stats["logprob_err_max"], res["lp_max"])
-            stats["distribution_logp_min"] = min(stats["distribution_logp_min"], res["dist_logp"])
+            stats.add_rollout(res)
+            sq, cnt = fp.get(gi, (0.0, 0.0))
+            fp[gi] = (sq + res["fp_sq"], cnt + res["fp_n"])
+            log_tails += res["log_tail_sum"]
+            n_tails += int(res["n_tails"])
             if reasons[gi] != R.OK:
                 continue
-            if res["fp_rollout"] > cfg.fingerprint_tol_rollout:
-                reasons[gi] = R.FINGERPRINT
-            elif res["lp_mean"] > cfg.logprob_tol_mean or res["lp_max"] > cfg.logprob_tol_max:
-                reasons[gi] = R.LOGPROB
-            elif res["dist_logp"] < math.log(cfg.distribution_alpha):
-                reasons[gi] = R.DISTRIBUTION
-            elif (gi, ri) in repeats and res["seq_logprob"] < math.log(cfg.copy_max_prob):
-                reasons[gi] = R.COPIED if repeats[(gi, ri)] else R.DUPLICATE
-            if reasons[gi] in HARD_FAILURES:  # proof enough: no further forward passes
+            reasons[gi] = self._rollout_reason(res, repeats.get((gi, ri)))
+            if reasons[gi] in HARD_FAILURES:
                 break
-        stats["rollouts_recomputed"] = float(len(results))
-        stats["rollouts_picked"] = float(len(todo))  # recomputed unless a hard failure stopped it
-        log_tails = sum(res["log_tail_sum"] for res in results)
-        n_tails = sum(int(res["n_tails"]) for res in results)
-        batch_logp = fisher_log_pvalue_sum(log_tails, n_tails)
-        stats["distribution_batch_logp"] = batch_logp
-        if batch_logp < math.log(cfg.distribution_batch_alpha):
+        return fp, (log_tails, n_tails)
+
+    def _rollout_reason(self, res: dict[str, float], copied_from_other: bool | None) -> str:
+        """One recomputed rollout's reason; ``copied_from_other`` is None unless it is a repeat."""
+        cfg = self.config
+        if res["fp_rollout"] > cfg.fingerprint_tol_rollout:
+            return R.FINGERPRINT
+        if res["lp_mean"] > cfg.logprob_tol_mean or res["lp_max"] > cfg.logprob_tol_max:
+            return R.LOGPROB
+        if res["dist_logp"] < math.log(cfg.distribution_alpha):
+            return R.DISTRIBUTION
+        if copied_from_other is not None and res["seq_logprob"] < math.log(cfg.copy_max_prob):
+            return R.COPIED if copied_from_other else R.DUPLICATE
+        return R.OK
+
+    def _check_batch_distribution(
+        self, tails: tuple[float, int], reasons: list[str], stats: CheckStats
+    ) -> None:
+        """The chosen tokens of the whole batch: one unlikely rollout is chance, a batch of them is
+        proof of another sampler, which fails the groups flagged (or, if none, every group ok)."""
+        stats.distribution_batch_logp = fisher_log_pvalue_sum(*tails)
+        if stats.distribution_batch_logp < math.log(self.config.distribution_batch_alpha):
             flagged = [gi for gi, r in enumerate(reasons) if r == R.DISTRIBUTION] or [
                 gi for gi, r in enumerate(reasons) if r == R.OK
             ]
             for gi in flagged:
                 reasons[gi] = R.DISTRIBUTION_BATCH
-        for gi, v in fp_sq.items():
-            sq, cnt = sum(v[0::2]), sum(v[1::2])
+
+    def _check_group_fingerprints(
+        self, fp: dict[int, tuple[float, float]], reasons: list[str], stats: CheckStats
+    ) -> None:
+        """Each group's fingerprint error, rms over all its checked positions, within the group
+        tolerance (tighter than one rollout's: it averages more positions)."""
+        errs = []
+        for gi, (sq, cnt) in fp.items():
             err = math.sqrt(sq / cnt) if cnt else 0.0
-            stats["fingerprint_err_group_max"] = max(stats.get("fingerprint_err_group_max", 0.0), err)
-            stats["fingerprint_err_group_min"] = min(stats.get("fingerprint_err_group_min", math.inf), err)
-            if reasons[gi] == R.OK and err > cfg.fingerprint_tol:
+            errs.append(err)
+            if reasons[gi] == R.OK and err > self.config.fingerprint_tol:
                 reasons[gi] = R.FINGERPRINT
-        verdict = self._verdict(batch, reasons, problems, unique, stats)
-        for key, gi in local.items():  # only accepted content claims a place in the index
+        if errs:
+            stats.fingerprint_err_group_max = max(errs)
+            stats.fingerprint_err_group_min = min(errs)
+
+    def _remember(self, batch: RolloutBatch, verdict: BatchVerdict, keys: dict[bytes, int], blob_id: str) -> None:
+        """Only accepted content claims a place in the seen index, and each accepted group its slot."""
+        for key, gi in keys.items():
             if verdict.groups[gi].accepted:
                 self.seen.add(key, batch.miner, blob_id)
         for g, gv in zip(batch.groups, verdict.groups, strict=True):
@@ -357,7 +445,6 @@ class RolloutValidator:
                 self.used_slots[(batch.version, batch.miner, g.index)] = None
                 while len(self.used_slots) > self.config.seen_capacity:
                     self.used_slots.popitem(last=False)
-        return verdict
 
     def _verdict(
         self,
@@ -365,7 +452,7 @@ class RolloutValidator:
         reasons: list[str],
         problems: list[Any],
         unique: list[int],
-        stats: dict[str, float],
+        stats: CheckStats,
     ) -> BatchVerdict:
         from p2prl.rl.types import Rollout, RolloutGroup
 

@@ -261,7 +261,7 @@ def test_sampling_recomputes_only_the_picked_rollouts(world: World) -> None:
     secret = b"s" * 32
     v = w.validator(position_secret=secret)
     honest = v.check(p.announcement, MINER, p.blob, VERSION)
-    assert _reasons(honest) == {R.OK} and honest.stats["rollouts_recomputed"] == 3
+    assert _reasons(honest) == {R.OK} and honest.stats.rollouts_recomputed == 3
     picked = [v._sampled(p.announcement.blob.id, gi, GROUP) for gi in range(3)]
     assert all(len(s) == 1 for s in picked)
 
@@ -308,7 +308,7 @@ def test_sampling_still_rejects_whole_forgeries_and_copies(world: World) -> None
     # a repeat is recomputed whether or not it was picked, so a copy is still told from a likely draw
     _, _, verdict = _copy_accepted_batch(w, (55, 56))
     assert R.COPIED in _reasons(verdict) and verdict.hard_failure
-    assert verdict.stats["rollouts_picked"] == 2 * GROUP  # every rollout repeats a seen one
+    assert verdict.stats.rollouts_picked == 2 * GROUP  # every rollout repeats a seen one
 
 
 def _sized(world: World, **kw: Any) -> World:
@@ -404,3 +404,19 @@ def test_cherry_picked_prompt_indices_rejected(world: World) -> None:
     b.groups[1].rollouts.pop()
     q = announce(b)
     assert R.GROUP_SIZE in _reasons(v.check(q.announcement, MINER, q.blob, VERSION))
+
+
+def test_check_stats_keep_the_keys_calibration_and_the_benchmark_read() -> None:
+    stats = V.CheckStats()
+    stats.add_rollout({"fp_rollout": 0.02, "lp_max": 0.1, "dist_logp": -3.0})
+    stats.add_rollout({"fp_rollout": 0.01, "lp_max": 0.3, "dist_logp": -1.0})
+    assert stats.to_dict() == {
+        "fingerprint_err_max": 0.02,
+        "fingerprint_err_group_max": 0.0,
+        "fingerprint_err_group_min": 0.0,
+        "logprob_err_max": 0.3,
+        "distribution_logp_min": -3.0,
+        "distribution_batch_logp": 0.0,
+        "rollouts_picked": 0.0,
+        "rollouts_recomputed": 2.0,
+    }
