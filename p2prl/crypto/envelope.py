@@ -78,7 +78,7 @@ def seal(identity: Identity, network: str, type_: str, body: dict[str, Any]) -> 
     try:
         b = canonical_bytes(body)
     except CanonicalError as e:
-        raise EnvelopeError(InputReason.BAD_BODY, str(e)) from e
+        raise EnvelopeError(InputReason.BAD_BODY, e.detail) from e
     sig = identity.sign(_signed_message(network, t, b))
     return MAGIC + bytes([len(t)]) + t + identity.public_key + struct.pack(">I", len(b)) + b + sig
 
@@ -131,7 +131,7 @@ def open_envelope(
     try:
         body = canonical_loads(body_bytes)
     except CanonicalError as e:
-        raise EnvelopeError(InputReason.BAD_BODY, str(e)) from e
+        raise EnvelopeError(InputReason.BAD_BODY, e.detail) from e
     if not isinstance(body, dict):
         raise EnvelopeError(InputReason.BAD_BODY, "body is not an object")
     return Envelope(type=type_, signer=signer, body=body, body_bytes=body_bytes, signature=sig, raw=data)

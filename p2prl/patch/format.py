@@ -102,7 +102,7 @@ def parse_header(body: bytes) -> Header:
     try:
         h = canonical_loads(body, max_bytes=MAX_HEADER_BYTES)
     except CanonicalError as e:
-        raise PatchError(PatchReason.MALFORMED, f"patch header is not canonical JSON: {e}") from None
+        raise PatchError(PatchReason.MALFORMED, f"patch header is not canonical JSON: {e.detail}") from None
     if not isinstance(h, dict) or set(h) != {"codec", "base_hash", "zstd_level", "tensors"}:
         raise PatchError(PatchReason.MALFORMED, "patch header has the wrong fields")
     if h["codec"] != CODEC:
