@@ -27,6 +27,7 @@ from p2prl.reasons import QUIET_DROPS, STRIKE_REASONS, BanReason, GossipDrop, In
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class Incoming:
     """A verified gossip message: the envelope, its parsed body, and who handed it to us."""
