@@ -4,10 +4,10 @@ Order: cheap checks first (blob hash, version, header, commitment root, prompts,
 duplicates) over every rollout, then batched teacher-forced forward passes over ``checked_per_group``
 rollouts of each surviving group (picked after receipt from the validator's secret) and every repeat,
 from which the fingerprint, the behaviour logprobs and the distribution of the chosen tokens are
-checked. A group is accepted only when every check of it passes. Reasons in ``HARD_FAILURES`` prove misbehaviour (an
-honest miner never produces them) and zero the miner's score window; the others (stale, a version
-this validator does not hold, a blob that does not match its announcement) are not the miner's fault
-for sure and only drop the batch.
+checked. A group is accepted only when every check of it passes. Reasons in ``HARD_FAILURES``
+(``p2prl.reasons``) prove misbehaviour (an honest miner never produces them) and zero the miner's
+score window; the others (stale, a version this validator does not hold, a blob that does not match
+its announcement) are not the miner's fault for sure and only drop the batch.
 """
 
 from __future__ import annotations
