@@ -17,8 +17,9 @@ import torch
 
 from p2prl.bench.pulse_ref import pulse_apply, pulse_encode
 from p2prl.patch import intcode
-from p2prl.patch.codec import PatchEncoder, apply_patch
+from p2prl.patch.apply import apply_patch
 from p2prl.patch.dtypes import uint_view
+from p2prl.patch.encode import PatchEncoder
 from p2prl.patch.hashing import weights_hash
 
 # Qwen2.5-0.5B: hidden 896, intermediate 4864, 24 layers, 14 query / 2 key-value heads of 64, vocab 151936
@@ -120,7 +121,7 @@ def _read_time(state: dict[str, torch.Tensor], repeat: int) -> tuple[float, floa
 
 def _index_study(base: dict[str, torch.Tensor], new: dict[str, torch.Tensor], level: int) -> dict[str, Any]:
     """LEB128 vs uint16-with-escape on this data: compressed size and encode/decode rate."""
-    from p2prl.patch.codec import _compress
+    from p2prl.patch.encode import _compress
 
     gaps_all = []
     for name in base:

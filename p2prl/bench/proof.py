@@ -265,7 +265,7 @@ def run_setup(
         dt = time.perf_counter() - t0
         n, acc = _count(verdict, prepared)
         res["cases"][case] = (n, acc)
-        res["details"][case] = {"reasons": verdict.reasons(), "verify_s": dt, **verdict.stats}
+        res["details"][case] = {"reasons": verdict.reasons(), "verify_s": dt, **verdict.stats.to_dict()}
         log(f"  {setup.name:5s} {case:20s} {acc:4d}/{n:<4d} {verdict.reasons()}")
         return verdict
 
@@ -526,7 +526,7 @@ def honest_acceptance(
                     for r, c in verdict.reasons().items():
                         row["reasons"][r] = row["reasons"].get(r, 0) + c
                     for k in worst:
-                        worst[k] = max(worst[k], verdict.stats.get(k, 0.0))
+                        worst[k] = max(worst[k], getattr(verdict.stats, k))
                     b += 1
                 row.update(worst, seconds=time.perf_counter() - t0)
                 log(f"  {setup.name:5s} batch {bs:2d} threads {th}: {row['accepted']}/{row['n']} {row}")

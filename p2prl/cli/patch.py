@@ -63,8 +63,8 @@ def inspect(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Print a patch's header and per-tensor counts and sizes."""
-    from p2prl.patch.codec import inspect_patch
     from p2prl.patch.errors import PatchError
+    from p2prl.patch.inspect import inspect_patch
 
     try:
         info = inspect_patch(patch.read_bytes())

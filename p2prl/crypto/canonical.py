@@ -11,18 +11,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from p2prl.errors import PeerInputError
+from p2prl.reasons import InputReason
+
 MAX_DEPTH = 16
 INT_BOUND = 2**63
 _INT_DIGITS = len(str(INT_BOUND))  # 19: a longer decimal literal cannot be in range
 
 
-class CanonicalError(ValueError):
-    """A value that cannot be canonically encoded, or bytes that are not a canonical encoding."""
+class CanonicalError(PeerInputError, ValueError):
+    """A value that cannot be canonically encoded, or bytes that are not a canonical encoding
+    (reason ``bad_body``; whatever wraps it, an envelope or a patch header, names its own)."""
 
 
 def _check(value: Any, depth: int = 0) -> None:
     if depth > MAX_DEPTH:
-        raise CanonicalError("nesting too deep")
+        raise CanonicalError(InputReason.BAD_BODY, "nesting too deep")
     if value is None or isinstance(value, bool):
         return
     if isinstance(value, str):
@@ -30,10 +34,10 @@ def _check(value: Any, depth: int = 0) -> None:
         return
     if isinstance(value, int):
         if not -INT_BOUND <= value < INT_BOUND:
-            raise CanonicalError("integer out of 64-bit range")
+            raise CanonicalError(InputReason.BAD_BODY, "integer out of 64-bit range")
         return
     if isinstance(value, float):
-        raise CanonicalError("floats are not canonical; use scaled integers")
+        raise CanonicalError(InputReason.BAD_BODY, "floats are not canonical; use scaled integers")
     if isinstance(value, (list, tuple)):
         for v in value:
             _check(v, depth + 1)
@@ -41,11 +45,11 @@ def _check(value: Any, depth: int = 0) -> None:
     if isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):
-                raise CanonicalError(f"object keys must be strings, got {type(k).__name__}")
+                raise CanonicalError(InputReason.BAD_BODY, f"object keys must be strings, got {type(k).__name__}")
             _check_text(k)
             _check(v, depth + 1)
         return
-    raise CanonicalError(f"type {type(value).__name__} is not encodable")
+    raise CanonicalError(InputReason.BAD_BODY, f"type {type(value).__name__} is not encodable")
 
 
 def _check_text(s: str) -> None:
@@ -54,7 +58,7 @@ def _check_text(s: str) -> None:
     try:
         s.encode("utf-8")
     except UnicodeEncodeError:
-        raise CanonicalError("string holds a lone UTF-16 surrogate") from None
+        raise CanonicalError(InputReason.BAD_BODY, "string holds a lone UTF-16 surrogate") from None
 
 
 def canonical_bytes(value: Any) -> bytes:
@@ -68,7 +72,7 @@ def canonical_bytes(value: Any) -> bytes:
 def canonical_loads(data: bytes, *, max_bytes: int | None = None) -> Any:
     """Parse bytes that must be a canonical encoding; raises CanonicalError otherwise."""
     if max_bytes is not None and len(data) > max_bytes:
-        raise CanonicalError(f"{len(data)} bytes exceeds the {max_bytes}-byte limit")
+        raise CanonicalError(InputReason.BAD_BODY, f"{len(data)} bytes exceeds the {max_bytes}-byte limit")
     try:
         value = json.loads(
             data.decode("ascii"),
@@ -77,13 +81,13 @@ def canonical_loads(data: bytes, *, max_bytes: int | None = None) -> Any:
             parse_int=_parse_int,
         )
     except RecursionError as e:
-        raise CanonicalError("nesting too deep") from e
+        raise CanonicalError(InputReason.BAD_BODY, "nesting too deep") from e
     except CanonicalError:
         raise
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, and any conversion limit
-        raise CanonicalError(f"not canonical JSON: {e}") from e
+        raise CanonicalError(InputReason.BAD_BODY, f"not canonical JSON: {e}") from e
     if canonical_bytes(value) != data:
-        raise CanonicalError("bytes are not in canonical form")
+        raise CanonicalError(InputReason.BAD_BODY, "bytes are not in canonical form")
     return value
 
 
@@ -91,9 +95,9 @@ def _parse_int(s: str) -> int:
     # checked on the digits, before int(): a 5,000-digit literal would otherwise raise Python's
     # conversion-limit ValueError (or, below it, cost quadratic time) instead of a reason code
     if len(s.lstrip("-")) > _INT_DIGITS:
-        raise CanonicalError(f"integer of {len(s)} characters is out of 64-bit range")
+        raise CanonicalError(InputReason.BAD_BODY, f"integer of {len(s)} characters is out of 64-bit range")
     return int(s)
 
 
 def _reject_float(s: str) -> Any:
-    raise CanonicalError(f"non-integer number {s!r} in canonical data")
+    raise CanonicalError(InputReason.BAD_BODY, f"non-integer number {s!r} in canonical data")

@@ -24,6 +24,8 @@ from typing import Any
 
 from p2prl.crypto.canonical import CanonicalError, canonical_bytes, canonical_loads
 from p2prl.crypto.keys import PUBLIC_KEY_BYTES, SIGNATURE_BYTES, Identity, verify_signature
+from p2prl.errors import PeerInputError
+from p2prl.reasons import InputReason
 
 MAGIC = b"P2E\x01"
 DOMAIN = b"p2prl/envelope/v1\x00"
@@ -34,12 +36,8 @@ _TYPE_RE = re.compile(rb"^[a-z0-9_]{1,32}$")
 _HEADER = 4 + 1
 
 
-class EnvelopeError(ValueError):
-    """Why an envelope was rejected; ``reason`` is a short stable code for counters and logs."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
+class EnvelopeError(PeerInputError, ValueError):
+    """Why an envelope was rejected; ``reason`` is an ``InputReason`` for counters and logs."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +64,7 @@ class Envelope:
 def _signed_message(network: str, type_: bytes, body: bytes) -> bytes:
     net = network.encode()
     if not 0 < len(net) <= MAX_NETWORK_LEN:
-        raise EnvelopeError("bad_network", f"network id must be 1..{MAX_NETWORK_LEN} bytes")
+        raise EnvelopeError(InputReason.BAD_NETWORK, f"network id must be 1..{MAX_NETWORK_LEN} bytes")
     return DOMAIN + bytes([len(net)]) + net + bytes([len(type_)]) + type_ + body
 
 
@@ -74,13 +72,13 @@ def seal(identity: Identity, network: str, type_: str, body: dict[str, Any]) -> 
     """Encode and sign ``body`` as an envelope of ``type_`` for ``network``."""
     t = type_.encode()
     if not _TYPE_RE.match(t):
-        raise EnvelopeError("bad_type", f"type {type_!r} must match [a-z0-9_]{{1,32}}")
+        raise EnvelopeError(InputReason.BAD_TYPE, f"type {type_!r} must match [a-z0-9_]{{1,32}}")
     if not isinstance(body, dict):
-        raise EnvelopeError("bad_body", "body must be an object")
+        raise EnvelopeError(InputReason.BAD_BODY, "body must be an object")
     try:
         b = canonical_bytes(body)
     except CanonicalError as e:
-        raise EnvelopeError("bad_body", str(e)) from e
+        raise EnvelopeError(InputReason.BAD_BODY, e.detail) from e
     sig = identity.sign(_signed_message(network, t, b))
     return MAGIC + bytes([len(t)]) + t + identity.public_key + struct.pack(">I", len(b)) + b + sig
 
@@ -99,16 +97,16 @@ def open_envelope(
     Nothing is parsed from the body before the signature verifies.
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise EnvelopeError("malformed", "not bytes")
+        raise EnvelopeError(InputReason.MALFORMED, "not bytes")
     data = bytes(data)
     if len(data) > max_bytes:
-        raise EnvelopeError("oversized", f"{len(data)} > {max_bytes} bytes")
+        raise EnvelopeError(InputReason.OVERSIZED, f"{len(data)} > {max_bytes} bytes")
     if len(data) < _HEADER or data[:4] != MAGIC:
-        raise EnvelopeError("bad_magic", "not a p2prl envelope or unsupported version")
+        raise EnvelopeError(InputReason.BAD_MAGIC, "not a p2prl envelope or unsupported version")
     tlen = data[4]
     pos = _HEADER
     if not 1 <= tlen <= MAX_TYPE_LEN or len(data) < pos + tlen + PUBLIC_KEY_BYTES + 4:
-        raise EnvelopeError("truncated", "header shorter than declared")
+        raise EnvelopeError(InputReason.TRUNCATED, "header shorter than declared")
     t = data[pos : pos + tlen]
     pos += tlen
     signer = data[pos : pos + PUBLIC_KEY_BYTES]
@@ -116,23 +114,24 @@ def open_envelope(
     (blen,) = struct.unpack(">I", data[pos : pos + 4])
     pos += 4
     if len(data) != pos + blen + SIGNATURE_BYTES:
-        kind = "truncated" if len(data) < pos + blen + SIGNATURE_BYTES else "trailing_bytes"
+        short = len(data) < pos + blen + SIGNATURE_BYTES
+        kind = InputReason.TRUNCATED if short else InputReason.TRAILING_BYTES
         raise EnvelopeError(kind, f"length {len(data)} does not match declared body of {blen} bytes")
     if not _TYPE_RE.match(t):
-        raise EnvelopeError("bad_type", repr(t))
+        raise EnvelopeError(InputReason.BAD_TYPE, repr(t))
     type_ = t.decode()
     if expected_type is not None and type_ != expected_type:
-        raise EnvelopeError("unexpected_type", f"{type_} where {expected_type} was expected")
+        raise EnvelopeError(InputReason.UNEXPECTED_TYPE, f"{type_} where {expected_type} was expected")
     body_bytes = data[pos : pos + blen]
     sig = data[pos + blen :]
     if allowed_signers is not None and signer not in allowed_signers:
-        raise EnvelopeError("unknown_signer", signer.hex()[:16])
+        raise EnvelopeError(InputReason.UNKNOWN_SIGNER, signer.hex()[:16])
     if not verify_signature(signer, _signed_message(network, t, body_bytes), sig):
-        raise EnvelopeError("bad_signature", f"{type_} from {signer.hex()[:16]}")
+        raise EnvelopeError(InputReason.BAD_SIGNATURE, f"{type_} from {signer.hex()[:16]}")
     try:
         body = canonical_loads(body_bytes)
     except CanonicalError as e:
-        raise EnvelopeError("bad_body", str(e)) from e
+        raise EnvelopeError(InputReason.BAD_BODY, e.detail) from e
     if not isinstance(body, dict):
-        raise EnvelopeError("bad_body", "body is not an object")
+        raise EnvelopeError(InputReason.BAD_BODY, "body is not an object")
     return Envelope(type=type_, signer=signer, body=body, body_bytes=body_bytes, signature=sig, raw=data)

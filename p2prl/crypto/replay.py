@@ -10,6 +10,7 @@ import time
 
 from p2prl.crypto.envelope import Envelope, EnvelopeError
 from p2prl.lru import LRU
+from p2prl.reasons import InputReason
 
 
 class ReplayGuard:
@@ -24,13 +25,13 @@ class ReplayGuard:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         created = env.body.get("created_ms")
         if not isinstance(created, int) or isinstance(created, bool):
-            raise EnvelopeError("bad_body", "created_ms missing")
+            raise EnvelopeError(InputReason.BAD_BODY, "created_ms missing")
         if created < now - self.max_age_ms:
-            raise EnvelopeError("stale", f"created {now - created} ms ago")
+            raise EnvelopeError(InputReason.STALE, f"created {now - created} ms ago")
         if created > now + self.max_skew_ms:
-            raise EnvelopeError("future", f"created {created - now} ms ahead")
+            raise EnvelopeError(InputReason.FUTURE, f"created {created - now} ms ahead")
         d = env.digest
         if d in self._seen:
             self._seen.touch(d)
-            raise EnvelopeError("replayed", d.hex()[:16])
+            raise EnvelopeError(InputReason.REPLAYED, d.hex()[:16])
         self._seen[d] = created

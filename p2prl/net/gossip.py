@@ -23,25 +23,9 @@ from p2prl.net.counters import Counters
 from p2prl.net.topics import TOPIC_TYPES, kind_of
 from p2prl.protocol.fields import MessageError
 from p2prl.protocol.messages import decode_message
+from p2prl.reasons import QUIET_DROPS, STRIKE_REASONS, BanReason, GossipDrop, InputReason
 
 log = logging.getLogger(__name__)
-
-# reasons that say the forwarder sent garbage (counted towards a ban); the others can be innocent
-_STRIKE_REASONS = frozenset(
-    {
-        "oversized",
-        "bad_magic",
-        "truncated",
-        "trailing_bytes",
-        "bad_type",
-        "bad_signature",
-        "bad_body",
-        "unknown_type",
-        "malformed",
-        "wrong_topic",
-        "not_ours",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -97,13 +81,13 @@ class GossipFilter:
     def drop(self, reason: str, forwarder: str, detail: str = "") -> bool:
         self.counters.add(f"dropped.{reason}")
         self.counters.add("dropped")
-        lvl = logging.DEBUG if reason in ("replayed", "rate_limited", "banned") else logging.WARNING
+        lvl = logging.DEBUG if reason in QUIET_DROPS else logging.WARNING
         log.log(lvl, "dropped gossip from %s: %s %s", forwarder[-8:], reason, detail)
-        if reason in _STRIKE_REASONS and forwarder not in self.banned:
+        if reason in STRIKE_REASONS and forwarder not in self.banned:
             n = self.strikes.get(forwarder, 0) + 1
             self.strikes[forwarder] = n
             if n >= self.limits.max_invalid_per_peer:
-                self.ban(forwarder, f"{n} invalid gossip messages")
+                self.ban(forwarder, f"{BanReason.INVALID_GOSSIP}: {n} invalid gossip messages")
         return False
 
     def note_own(self, data: bytes) -> None:
@@ -120,18 +104,18 @@ class GossipFilter:
             return self._check(topic_name, data, forwarder, origin)
         except Exception as e:  # a validator that raises would be swallowed by libp2p
             log.exception("gossip check failed")
-            return self.drop("internal", forwarder, repr(e))
+            return self.drop(GossipDrop.INTERNAL, forwarder, repr(e))
 
     def _check(self, topic_name: str, data: bytes, forwarder: str, origin: str) -> bool:
         if forwarder in self.banned or origin in self.banned:
-            return self.drop("banned", forwarder)
+            return self.drop(GossipDrop.BANNED, forwarder)
         if len(data) > self.limits.max_msg_bytes:
-            return self.drop("oversized", forwarder, f"{len(data)} bytes")
+            return self.drop(InputReason.OVERSIZED, forwarder, f"{len(data)} bytes")
         if not self.buckets.allow(forwarder):
-            return self.drop("rate_limited", forwarder)
+            return self.drop(GossipDrop.RATE_LIMITED, forwarder)
         kind = kind_of(self.network_id, topic_name)
         if kind is None:
-            return self.drop("not_ours", forwarder, topic_name)
+            return self.drop(GossipDrop.NOT_OURS, forwarder, topic_name)
         try:
             env, msg = decode_message(data, self.network_id)
         except EnvelopeError as e:
@@ -139,17 +123,17 @@ class GossipFilter:
         except MessageError as e:
             return self.drop(e.reason, forwarder, str(e))
         if env.type not in TOPIC_TYPES[kind]:
-            return self.drop("wrong_topic", forwarder, f"{env.type} on {kind}")
+            return self.drop(GossipDrop.WRONG_TOPIC, forwarder, f"{env.type} on {kind}")
         allowed = self.allowed_signers.get(env.type)
         if allowed is not None and env.signer not in allowed:
-            return self.drop("unknown_signer", forwarder, env.signer_hex[:16])
+            return self.drop(InputReason.UNKNOWN_SIGNER, forwarder, env.signer_hex[:16])
         try:
             self.replay.check(env)
         except EnvelopeError as e:
             return self.drop(e.reason, forwarder)
         self.counters.add("gossip_in")
         if not self.deliver(Incoming(topic_name, env, msg, forwarder, origin)):
-            self.counters.add("dropped.queue_full")
+            self.counters.add(f"dropped.{GossipDrop.QUEUE_FULL}")
             self.counters.add("dropped")
             log.warning("incoming queue full: dropped %s from %s", env.type, forwarder[-8:])
         return True

@@ -43,6 +43,7 @@ from p2prl.net.topics import TOPIC_TYPES, kind_of
 from p2prl.protocol.blobs import BlobRef
 from p2prl.protocol.fields import MessageError
 from p2prl.protocol.messages import decode_message
+from p2prl.reasons import GossipDrop
 
 log = logging.getLogger(__name__)
 BOOTSTRAP_BACKOFF_S = (1.0, 60.0)  # first and longest wait before dialing a failed bootstrap peer again
@@ -531,7 +532,7 @@ class P2PNode:
         try:
             self._call_sync(self._pub_send.send_nowait, (topic, data))
         except trio.WouldBlock:
-            self.counters.add("dropped.publish_queue_full")
+            self.counters.add(f"dropped.{GossipDrop.PUBLISH_QUEUE_FULL}")
             self.counters.add("dropped")
             log.warning("publish queue full: dropped an envelope for %s", topic)
 

@@ -32,6 +32,7 @@ from p2prl.net.partial import PartialBlob, PartialStore
 from p2prl.net.refs import RefBook
 from p2prl.net.store import BlobStore, StoreError
 from p2prl.protocol.blobs import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, BlobRef
+from p2prl.reasons import BanReason
 
 log = logging.getLogger(__name__)
 IDLE_STREAM_S = 30.0
@@ -411,7 +412,7 @@ class Download:
                     if status == cp.OK:
                         if not self.part.write(index, data):
                             self.ctx.counters.add("bad_chunks")
-                            self.ctx.ban(peer, f"served a bad chunk {index} of {self.ref.id[:16]}")
+                            self.ctx.ban(peer, f"{BanReason.BAD_CHUNK}: chunk {index} of {self.ref.id[:16]}")
                             return
                         self.ctx.counters.add("bytes_down", len(data))
                         self.last_peer_progress = time.monotonic()

@@ -21,6 +21,7 @@ from typing import Any
 
 from p2prl.lru import LRU
 from p2prl.protocol.messages import RolloutAnnouncement, Verdict
+from p2prl.reasons import NodeDrop
 
 PER_SIGNER = 16  # announcements held per signer
 CACHE = 2048  # announcements held in all
@@ -76,10 +77,10 @@ class Intake:
         self.trusted: LRU[str, None] = LRU(TRUSTED)
 
     # -- announcements --------------------------------------------------------------------------
-    def announce(self, digest: str, ann: RolloutAnnouncement, miner: str, origin: str) -> str | None:
+    def announce(self, digest: str, ann: RolloutAnnouncement, miner: str, origin: str) -> NodeDrop | None:
         """Hold an announcement; returns a reason code when it is not held."""
         if digest in self.held:
-            return "duplicate_announcement"
+            return NodeDrop.DUPLICATE_ANNOUNCEMENT
         mine = self.by_signer.setdefault(miner, OrderedDict())
         if len(mine) >= self.per_signer:
             self._drop(next(iter(mine)))  # a signer over its cap loses its own oldest
@@ -104,23 +105,23 @@ class Intake:
             del self.by_signer[h.miner]
 
     # -- verdicts -------------------------------------------------------------------------------
-    def verdict(self, validator: str, v: Verdict, now: float) -> str | None:
+    def verdict(self, validator: str, v: Verdict, now: float) -> NodeDrop | None:
         """Record one genesis validator's verdict; returns a reason code when it changes nothing."""
         key = (v.miner, v.blob_id)
-        if any(not g["accepted"] and g["reason"] in self.hard for g in v.groups):
+        if any(not g.accepted and g.reason in self.hard for g in v.groups):
             # a genesis validator found proof of cheating in what this miner signed: veto, even if
             # the blob is already released (the fetch checks ``vetoed`` before using it)
             self.pending.pop(key, None)
             self._decide(key, vetoed=True)
-            return "verdict_veto"
+            return NodeDrop.VERDICT_VETO
         if key in self.done:
-            return "verdict_after_decision"
+            return NodeDrop.VERDICT_AFTER_DECISION
         h = self.held.get(v.announcement)
         if h is None:
-            return "verdict_unknown_blob"
+            return NodeDrop.VERDICT_UNKNOWN_BLOB
         if h.miner != v.miner or h.ann.blob.id != v.blob_id or h.ann.version != v.version:
-            return "verdict_mismatch"
-        accepted = {g["index"] for g in v.groups if g["accepted"]}
+            return NodeDrop.VERDICT_MISMATCH
+        accepted = {g.index for g in v.groups if g.accepted}
         p = self.pending.get(key)
         if p is None:
             p = self.pending[key] = Pending(h, now)

@@ -22,6 +22,7 @@ from collections.abc import Collection
 from typing import Any
 
 from p2prl.lru import LRU
+from p2prl.reasons import NodeDrop
 
 PER_SIGNER = 8  # announcements queued per signer
 QUEUE_MAX = 256  # announcements queued in all
@@ -109,23 +110,23 @@ class JudgeQueue:
             return PENALIZED
         return GOOD if signer in self._good else NEW
 
-    def offer(self, item: Any, now: float | None = None) -> str | None:
+    def offer(self, item: Any, now: float | None = None) -> NodeDrop | None:
         """Queue an announcement; returns a reason code when it is dropped instead."""
         now = time.monotonic() if now is None else now
         key = key_of(item)
         if key in self.judged:
-            return "duplicate_announcement"
+            return NodeDrop.DUPLICATE_ANNOUNCEMENT
         t = self._negative.get(key)
         if t is not None and now - t < NEGATIVE_TTL_S:
-            return "known_unfetchable"
+            return NodeDrop.KNOWN_UNFETCHABLE
         signer = key[0]
         q = self._find(signer)
         if q is not None and any(key_of(i) == key for _, i in q):
-            return "duplicate_announcement"
+            return NodeDrop.DUPLICATE_ANNOUNCEMENT
         if q is not None and len(q) >= self.per_signer:
-            return "signer_quota"
+            return NodeDrop.SIGNER_QUOTA
         if self._n >= self.total and not self._evict_below(self.standing(signer)):
-            return "validator_queue_full"
+            return NodeDrop.VALIDATOR_QUEUE_FULL
         if q is None:
             q = self._queues[self.standing(signer)].setdefault(signer, deque())
         q.append((now, item))

@@ -79,8 +79,8 @@ class Miner:
         self.ctx.status.incr("groups_accepted", v.accepted)
         self.ctx.status.incr("groups_rejected", len(v.groups) - v.accepted)
         for g in v.groups:
-            if not g["accepted"]:
-                self.ctx.status.incr_label("rejected", g["reason"])
+            if not g.accepted:
+                self.ctx.status.incr_label("rejected", g.reason)
 
     def on_scores(self, item: Any) -> None:
         me = self.ctx.identity.public_hex

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from p2prl.net.dialer import Dialer
 from p2prl.protocol.messages import Heartbeat
+from p2prl.reasons import NodeDrop
 
 if TYPE_CHECKING:
     from p2prl.node.context import NodeContext
@@ -68,7 +69,7 @@ class Pump:
         hb: Heartbeat = item.message
         origin = getattr(item, "origin", item.from_peer)
         if hb.peer_id != origin:
-            self.ctx.status.incr_label("dropped", "heartbeat_peer_mismatch")
+            self.ctx.status.incr_label("dropped", NodeDrop.HEARTBEAT_PEER_MISMATCH)
             return
         for blob_id in hb.holds[: Heartbeat.HINTED_HOLDS]:
             self.ctx.net.add_provider_hint(blob_id, hb.peer_id)

@@ -22,6 +22,7 @@ from p2prl.patch.errors import PatchError
 from p2prl.patch.hashing import weights_hash
 from p2prl.patch.manifests import ManifestError, ManifestStore
 from p2prl.protocol.messages import PatchManifest
+from p2prl.reasons import NodeDrop
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ class WeightSync:
         try:
             self.book.add(item.envelope.raw)
         except ManifestError as e:
-            self.ctx.status.incr_label("dropped", "manifest")
+            self.ctx.status.incr_label("dropped", NodeDrop.MANIFEST)
             log.warning("manifest dropped: %s", e)
 
     def target_version(self) -> int:
@@ -170,7 +171,7 @@ class WeightSync:
             try:
                 self.book.add(s3.get_manifest(v))
             except Exception as e:
-                self.ctx.status.incr_label("dropped", "s3_manifest")
+                self.ctx.status.incr_label("dropped", NodeDrop.S3_MANIFEST)
                 log.warning("s3 manifest v%d rejected: %s", v, e)
 
     # -- one sync step -----------------------------------------------------------

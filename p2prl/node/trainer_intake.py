@@ -17,8 +17,8 @@ from typing import Any
 
 from p2prl.node.context import NodeContext
 from p2prl.node.intake import Intake
-from p2prl.proof.validate import HARD_FAILURES
 from p2prl.protocol.messages import RolloutAnnouncement, Verdict
+from p2prl.reasons import HARD_FAILURES, NodeDrop
 
 log = logging.getLogger(__name__)
 
@@ -76,15 +76,15 @@ class RolloutIntake:
     def on_verdict(self, item: Any) -> None:
         v: Verdict = item.message
         if item.envelope.signer not in self.ctx.genesis.validator_keys:  # the net layer checks this too
-            self.ctx.status.incr_label("dropped", "verdict_signer")
+            self.ctx.status.incr_label("dropped", NodeDrop.VERDICT_SIGNER)
             return
         self.ctx.status.incr("verdicts_received")
         self.ctx.net.add_provider_hint(v.blob_id, getattr(item, "origin", item.from_peer))  # it holds the blob
         with self.lock:
             why = self.policy.verdict(item.envelope.signer_hex, v, time.monotonic())
-        if why == "verdict_veto":
+        if why == NodeDrop.VERDICT_VETO:
             self.ctx.status.incr("verdict_vetoes")
-        elif why is not None and why != "verdict_after_decision":
+        elif why is not None and why != NodeDrop.VERDICT_AFTER_DECISION:
             self.ctx.status.incr_label("dropped", why)
         self._release()
 
@@ -96,7 +96,7 @@ class RolloutIntake:
             try:
                 self.fetch_q.put_nowait((job.ann, job.miner, job.accepted, job.origin))
             except queue.Full:
-                self.ctx.status.incr_label("dropped", "fetch_queue_full")
+                self.ctx.status.incr_label("dropped", NodeDrop.FETCH_QUEUE_FULL)
 
     # -- fetch threads -------------------------------------------------------------------------
     def run(self) -> None:
@@ -108,7 +108,7 @@ class RolloutIntake:
                 self._release()  # blobs whose wait for the other validators' verdicts is over
                 continue
             if self.version() - ann.version > int(ctx.g.max_staleness):
-                ctx.status.incr_label("dropped", "stale_rollouts")
+                ctx.status.incr_label("dropped", NodeDrop.STALE_ROLLOUTS)
                 continue
             try:
                 ctx.fetch_rollouts(ann.blob, origin, timeout=min(ctx.config.fetch_timeout_s, 20.0))
@@ -120,7 +120,7 @@ class RolloutIntake:
             with self.lock:  # the pump thread records verdicts meanwhile
                 vetoed = self.policy.vetoed(miner, ann.blob.id)
             if vetoed:  # a hard failure arrived during the fetch
-                ctx.status.incr_label("dropped", "vetoed_rollouts")
+                ctx.status.incr_label("dropped", NodeDrop.VETOED_ROLLOUTS)
                 continue
             with self.buffer_lock:
                 for grp in groups:

@@ -25,6 +25,7 @@ from p2prl.node.judgequeue import JudgeQueue, key_of
 from p2prl.node.sync import WeightSync
 from p2prl.node.weights import Weights, sha256_of_state
 from p2prl.protocol.messages import PatchManifest, RolloutAnnouncement
+from p2prl.reasons import NodeDrop, VerdictReason
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ class Validator:
         if why is not None:
             self.ctx.status.incr_label("dropped", why)
         if evicted:
-            self.ctx.status.incr_label("dropped", "validator_queue_evicted", evicted)
+            self.ctx.status.incr_label("dropped", NodeDrop.VALIDATOR_QUEUE_EVICTED, evicted)
 
     # -- work loop --------------------------------------------------------------------------
     def run(self) -> None:
@@ -178,7 +179,7 @@ class Validator:
                 continue
             with self.jq_cond:
                 if key_of(item) in self.jq.judged:
-                    ctx.status.incr_label("dropped", "duplicate_announcement")
+                    ctx.status.incr_label("dropped", NodeDrop.DUPLICATE_ANNOUNCEMENT)
                     self.in_flight.discard(key_of(item)[0])
                     self.jq_cond.notify_all()
                     continue
@@ -221,14 +222,14 @@ class Validator:
         would fail it as ``duplicate_index`` and zero an honest miner. Another key announcing the
         same blob id is judged on its own (and fails: the batch names its real miner).
         """
-        from p2prl.proof.validate import BLOB_MISMATCH, _all, to_verdict
+        from p2prl.proof.validate import _all, to_verdict
 
         ctx = self.ctx
         ann: RolloutAnnouncement = item.message
         miner = item.envelope.signer
         with self.jq_cond:
             if key_of(item) in self.jq.judged:
-                ctx.status.incr_label("dropped", "duplicate_announcement")
+                ctx.status.incr_label("dropped", NodeDrop.DUPLICATE_ANNOUNCEMENT)
                 return None
         t0 = time.monotonic()
         if data is _FETCH:
@@ -236,7 +237,7 @@ class Validator:
         if data is None:
             with self.jq_cond:
                 self.jq.unfetchable(item)
-            bv = _all(ann.groups, BLOB_MISMATCH)
+            bv = _all(ann.groups, VerdictReason.BLOB_MISMATCH)
         else:
             with self.jq_cond:
                 self.jq.judged.add(key_of(item), ann.version)

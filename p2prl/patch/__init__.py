@@ -6,19 +6,13 @@ torch's import time); the chain, which holds torch state dicts, is loaded on fir
 
 from typing import Any
 
-from p2prl.patch.codec import (
-    PatchApplier,
-    PatchEncoder,
-    PatchStats,
-    apply_patch,
-    encode_patch,
-    inspect_patch,
-    iter_patch,
-)
+from p2prl.patch.apply import PatchApplier, apply_patch
 from p2prl.patch.dtypes import changed_fraction
-from p2prl.patch.errors import PatchError
+from p2prl.patch.encode import PatchEncoder, PatchStats, encode_patch, iter_patch
+from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.patch.format import CODEC
 from p2prl.patch.hashing import weights_hash, weights_hash_file
+from p2prl.patch.inspect import inspect_patch
 from p2prl.patch.manifests import ManifestError, ManifestStore, manifest_file_name, open_manifest
 
 __all__ = [
@@ -29,6 +23,7 @@ __all__ = [
     "PatchApplier",
     "PatchEncoder",
     "PatchError",
+    "PatchReason",
     "PatchStats",
     "Published",
     "PublishedVersion",

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import torch
 
-from p2prl.patch.errors import PatchError
+from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.patch.hashing import read_safetensors_header, weights_hash
 
 ANCHOR_CODEC = "safetensors"
@@ -28,9 +28,12 @@ def decode_anchor(
     try:
         state = load(bytes(blob))
     except Exception as e:  # the library raises several types on malformed input
-        raise PatchError(f"anchor is not a valid safetensors file: {e}") from None
+        raise PatchError(PatchReason.MALFORMED, f"anchor is not a valid safetensors file: {e}") from None
     if expected_hash is not None:
         got = weights_hash(state)
         if got != expected_hash:
-            raise PatchError(f"anchor hash mismatch: got {got[:16]}…, expected {expected_hash[:16]}…")
+            raise PatchError(
+                PatchReason.HASH_MISMATCH,
+                f"anchor hash mismatch: got {got[:16]}…, expected {expected_hash[:16]}…",
+            )
     return state

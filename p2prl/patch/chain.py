@@ -20,8 +20,9 @@ from p2prl.atomicfile import write_atomic
 from p2prl.crypto.keys import Identity
 from p2prl.net.store import BlobStore, StoreError
 from p2prl.patch.anchors import ANCHOR_CODEC, decode_anchor, encode_anchor
-from p2prl.patch.codec import PatchApplier, PatchEncoder
-from p2prl.patch.errors import PatchError
+from p2prl.patch.apply import PatchApplier
+from p2prl.patch.encode import PatchEncoder
+from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.patch.format import CODEC
 from p2prl.patch.hashing import weights_hash
 from p2prl.patch.manifests import ManifestStore
@@ -86,7 +87,10 @@ class _Links:
             table = self.deltas if m.kind == "delta" else self.anchors
             old = table.get(m.version)
             if old is not None and old.result_hash != m.result_hash:
-                raise PatchError(f"two {m.kind} manifests for version {m.version} disagree")
+                raise PatchError(
+                    PatchReason.BAD_MANIFEST,
+                    f"two {m.kind} manifests for version {m.version} disagree",
+                )
             table[m.version] = m
 
     @property
@@ -148,7 +152,7 @@ def plan_sync(
     """
     index = _links(manifests)
     if target < 0:
-        raise PatchError("target version must be non-negative")
+        raise PatchError(PatchReason.BAD_INPUT, "target version must be non-negative")
     if have_version == target and have_hash is not None and index.hash_at(target) in (None, have_hash):
         return []
     fast = None
@@ -164,7 +168,10 @@ def plan_sync(
         return fast
     if slow is not None:
         return slow
-    raise PatchError(f"no verified path to version {target}: missing anchor or delta")
+    raise PatchError(
+        PatchReason.UNAVAILABLE,
+        f"no verified path to version {target}: missing anchor or delta",
+    )
 
 
 def materialize(
@@ -187,33 +194,49 @@ def materialize(
         try:
             blob = load_blob(m.blob.id)
         except (StoreError, KeyError, OSError) as e:
-            raise PatchError(f"blob {m.blob.id[:16]} of version {m.version} unavailable: {e}") from None
+            raise PatchError(
+                PatchReason.UNAVAILABLE,
+                f"blob {m.blob.id[:16]} of version {m.version} unavailable: {e}",
+            ) from None
         if len(blob) != m.blob.size:
             raise PatchError(
-                f"blob of version {m.version} has {len(blob)} bytes, manifest says {m.blob.size}"
+                PatchReason.HASH_MISMATCH,
+                f"blob of version {m.version} has {len(blob)} bytes, manifest says {m.blob.size}",
             )
         if m.kind == "anchor":
             if m.codec != ANCHOR_CODEC:
-                raise PatchError(f"unsupported anchor codec {m.codec!r}")
+                raise PatchError(PatchReason.UNSUPPORTED, f"unsupported anchor codec {m.codec!r}")
             state = decode_anchor(blob, m.result_hash)
             h = m.result_hash
             continue
         if m.codec != CODEC:
-            raise PatchError(f"unsupported patch codec {m.codec!r}")
+            raise PatchError(PatchReason.UNSUPPORTED, f"unsupported patch codec {m.codec!r}")
         if state is None:
-            raise PatchError(f"version {m.version} is a delta but there is no state to apply it to")
+            raise PatchError(
+                PatchReason.WRONG_BASE,
+                f"version {m.version} is a delta but there is no state to apply it to",
+            )
         if h is not None and h != m.base_hash:
-            raise PatchError(f"version {m.version} applies to {m.base_hash[:16]}…, state is {h[:16]}…")
+            raise PatchError(
+                PatchReason.WRONG_BASE,
+                f"version {m.version} applies to {m.base_hash[:16]}…, state is {h[:16]}…",
+            )
         applier = PatchApplier(state, base_hash=h)
         applier.feed(blob)
         if applier.header is not None and applier.header.base_hash != m.base_hash:
-            raise PatchError(f"patch of version {m.version} does not match its manifest's base hash")
+            raise PatchError(
+                PatchReason.WRONG_BASE,
+                f"patch of version {m.version} does not match its manifest's base hash",
+            )
         new_state = applier.finish()
         if applier.result_hash != m.result_hash:
-            raise PatchError(f"patch of version {m.version} does not produce its manifest's result hash")
+            raise PatchError(
+                PatchReason.HASH_MISMATCH,
+                f"patch of version {m.version} does not produce its manifest's result hash",
+            )
         state, h = new_state, m.result_hash
     if state is None:
-        raise PatchError("empty plan and no start state")
+        raise PatchError(PatchReason.BAD_INPUT, "empty plan and no start state")
     return dict(state)
 
 
@@ -303,14 +326,14 @@ class ChainPublisher:
             version, result_hash = int(meta["version"]), str(meta["result_hash"])
             network, trainer = meta["network"], meta["trainer"]
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise PatchError(f"{path} is unreadable: {e}") from None
+            raise PatchError(PatchReason.UNAVAILABLE, f"{path} is unreadable: {e}") from None
         if network != self.network or trainer != self.identity.public_hex:
-            raise PatchError(f"{path} belongs to another network or trainer key")
+            raise PatchError(PatchReason.BAD_INPUT, f"{path} belongs to another network or trainer key")
         manifests = self._open_manifests()
         manifests.discard_after(version)
         plan = plan_sync(None, None, manifests, version)
         if not plan or plan[-1].result_hash != result_hash:
-            raise PatchError(f"cannot rebuild version {version} from {self.root}")
+            raise PatchError(PatchReason.UNAVAILABLE, f"cannot rebuild version {version} from {self.root}")
         self._state = materialize(None, plan, self.store.get)
         self.version, self.result_hash = version, result_hash
         self.store.pin(m.blob.id for m in manifests.all())

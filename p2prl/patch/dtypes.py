@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
-from p2prl.patch.errors import PatchError
+from p2prl.patch.errors import PatchError, PatchReason
 
 if TYPE_CHECKING:
     import torch
@@ -59,7 +59,10 @@ class RawTensor:
         d = dtype_named(self.dtype)
         numel = int(np.prod(self.shape, dtype=np.int64))
         if self.data.dtype != d.uint or self.data.ndim != 1 or self.data.size != numel:
-            raise PatchError(f"raw tensor data does not match {self.dtype}{list(self.shape)}")
+            raise PatchError(
+                PatchReason.MALFORMED,
+                f"raw tensor data does not match {self.dtype}{list(self.shape)}",
+            )
 
     @classmethod
     def empty(cls, dtype: str, shape: tuple[int, ...]) -> RawTensor:
@@ -79,10 +82,10 @@ def dtype_of(t: Any) -> DType:
     if isinstance(t, RawTensor):
         return dtype_named(t.dtype)
     if not _is_torch(t):
-        raise PatchError(f"not a tensor: {type(t).__name__}")
+        raise PatchError(PatchReason.BAD_INPUT, f"not a tensor: {type(t).__name__}")
     d = _BY_TORCH_NAME.get(str(t.dtype).removeprefix("torch."))
     if d is None:
-        raise PatchError(f"unsupported dtype {t.dtype}")
+        raise PatchError(PatchReason.UNSUPPORTED, f"unsupported dtype {t.dtype}")
     return d
 
 
@@ -90,7 +93,7 @@ def dtype_named(name: str) -> DType:
     try:
         return BY_NAME[name]
     except (KeyError, TypeError):
-        raise PatchError(f"unsupported dtype {name!r}") from None
+        raise PatchError(PatchReason.UNSUPPORTED, f"unsupported dtype {name!r}") from None
 
 
 def shape_of(t: Any) -> tuple[int, ...]:
@@ -105,9 +108,9 @@ def uint_view(t: Any) -> np.ndarray:
     import torch
 
     if t.device.type != "cpu":
-        raise PatchError("tensors must be on the CPU")
+        raise PatchError(PatchReason.BAD_INPUT, "tensors must be on the CPU")
     if not t.is_contiguous():
-        raise PatchError("tensors must be contiguous")
+        raise PatchError(PatchReason.BAD_INPUT, "tensors must be contiguous")
     src = t.detach()
     if d.torch_name in ("bool", "uint8"):
         return src.view(torch.uint8).numpy().reshape(-1)

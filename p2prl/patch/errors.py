@@ -1,11 +1,12 @@
-"""The one error the patch codec and chain raise on bad input: a one-line reason."""
+"""The one error the patch codec and chain raise on bad input: a ``PatchReason`` and one line of detail."""
 
 from __future__ import annotations
 
+from p2prl.errors import PeerInputError
+from p2prl.reasons import PatchReason
 
-class PatchError(Exception):
-    """A patch, base, anchor or chain step that cannot be used; ``str(e)`` is a one-line reason."""
+__all__ = ["PatchError", "PatchReason"]
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(" ".join(str(reason).split()))
-        self.reason = str(self)
+
+class PatchError(PeerInputError):
+    """A patch, base, anchor or chain step that cannot be used; ``str(e)`` is ``"reason: detail"``."""

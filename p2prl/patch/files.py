@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from p2prl.atomicfile import write_atomic
-from p2prl.patch.codec import PatchApplier, PatchEncoder, PatchStats
+from p2prl.patch.apply import PatchApplier
 from p2prl.patch.dtypes import BY_NAME, RawTensor, TensorLike, dtype_of, shape_of, uint_view
-from p2prl.patch.errors import PatchError
+from p2prl.patch.encode import PatchEncoder, PatchStats
+from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.patch.hashing import read_safetensors_header
 
 READ_BLOCK = 4 * 1024 * 1024
@@ -29,7 +30,7 @@ def load_state_file(path: str | Path) -> dict[str, RawTensor]:
             size = f.seek(0, 2)
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
     except OSError as e:
-        raise PatchError(f"cannot read {path}: {e.strerror or e}") from None
+        raise PatchError(PatchReason.UNAVAILABLE, f"cannot read {path}: {e.strerror or e}") from None
     entries, off = read_safetensors_header(memoryview(mm))
     buf = np.frombuffer(mm, dtype=np.uint8)
     out: dict[str, RawTensor] = {}
@@ -87,7 +88,7 @@ def apply_files(base: str | Path, patch: str | Path, out: str | Path) -> str:
             for block in iter(lambda: f.read(READ_BLOCK), b""):
                 applier.feed(block)
     except OSError as e:
-        raise PatchError(f"cannot read {patch}: {e.strerror or e}") from None
+        raise PatchError(PatchReason.UNAVAILABLE, f"cannot read {patch}: {e.strerror or e}") from None
     result = applier.finish()
     assert applier.result_hash is not None
     save_state_file(result, out)

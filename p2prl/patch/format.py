@@ -11,7 +11,7 @@ import zstandard
 
 from p2prl.crypto.canonical import CanonicalError, canonical_bytes, canonical_loads
 from p2prl.patch.dtypes import BY_NAME
-from p2prl.patch.errors import PatchError
+from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.protocol import is_hex
 
 MAGIC = b"P2PT"
@@ -79,7 +79,7 @@ class Header:
             }
         )
         if len(body) > MAX_HEADER_BYTES:
-            raise PatchError("patch header too large")
+            raise PatchError(PatchReason.BAD_INPUT, "patch header too large")
         return PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(body)) + body
 
 
@@ -87,11 +87,11 @@ def parse_preamble(buf: bytes | memoryview) -> int:
     """Checks magic and version of the first 10 bytes; returns the declared header length."""
     magic, version, hlen = PREAMBLE.unpack(bytes(buf[: PREAMBLE.size]))
     if magic != MAGIC:
-        raise PatchError("not a p2prl patch (bad magic)")
+        raise PatchError(PatchReason.MALFORMED, "not a p2prl patch (bad magic)")
     if version != FORMAT_VERSION:
-        raise PatchError(f"unsupported patch format version {version}")
+        raise PatchError(PatchReason.UNSUPPORTED, f"unsupported patch format version {version}")
     if hlen > MAX_HEADER_BYTES:
-        raise PatchError(f"patch header of {hlen} bytes exceeds {MAX_HEADER_BYTES}")
+        raise PatchError(PatchReason.MALFORMED, f"patch header of {hlen} bytes exceeds {MAX_HEADER_BYTES}")
     return hlen
 
 
@@ -103,42 +103,42 @@ def parse_header(body: bytes) -> Header:
     try:
         h = canonical_loads(body, max_bytes=MAX_HEADER_BYTES)
     except CanonicalError as e:
-        raise PatchError(f"patch header is not canonical JSON: {e}") from None
+        raise PatchError(PatchReason.MALFORMED, f"patch header is not canonical JSON: {e.detail}") from None
     if not isinstance(h, dict) or set(h) != {"codec", "base_hash", "zstd_level", "tensors"}:
-        raise PatchError("patch header has the wrong fields")
+        raise PatchError(PatchReason.MALFORMED, "patch header has the wrong fields")
     if h["codec"] != CODEC:
-        raise PatchError(f"unsupported codec {h['codec']!r}")
+        raise PatchError(PatchReason.UNSUPPORTED, f"unsupported codec {h['codec']!r}")
     if not _is_hash(h["base_hash"]):
-        raise PatchError("patch header base_hash is not a 32-byte hex hash")
+        raise PatchError(PatchReason.MALFORMED, "patch header base_hash is not a 32-byte hex hash")
     lvl = h["zstd_level"]
     if not isinstance(lvl, int) or isinstance(lvl, bool) or not -7 <= lvl <= 22:
-        raise PatchError("patch header zstd_level out of range")
+        raise PatchError(PatchReason.MALFORMED, "patch header zstd_level out of range")
     ts = h["tensors"]
     if not isinstance(ts, list) or len(ts) > MAX_TENSORS:
-        raise PatchError(f"patch header must list at most {MAX_TENSORS} tensors")
+        raise PatchError(PatchReason.MALFORMED, f"patch header must list at most {MAX_TENSORS} tensors")
     specs = []
     prev: bytes | None = None
     for t in ts:
         if not (isinstance(t, list) and len(t) == 3):
-            raise PatchError("patch header tensor entry malformed")
+            raise PatchError(PatchReason.MALFORMED, "patch header tensor entry malformed")
         name, dtype, shape = t
         if (
             not isinstance(name, str)
             or not 0 < len(nb := name.encode("utf-8", "surrogatepass")) <= MAX_NAME_BYTES
         ):
-            raise PatchError("patch header tensor name empty or too long")
+            raise PatchError(PatchReason.MALFORMED, "patch header tensor name empty or too long")
         if prev is not None and nb <= prev:
-            raise PatchError("patch header tensor names not sorted and distinct")
+            raise PatchError(PatchReason.MALFORMED, "patch header tensor names not sorted and distinct")
         prev = nb
         if dtype not in BY_NAME:
-            raise PatchError(f"patch header dtype {dtype!r} unsupported")
+            raise PatchError(PatchReason.UNSUPPORTED, f"patch header dtype {dtype!r} unsupported")
         if not isinstance(shape, list) or len(shape) > MAX_NDIM:
-            raise PatchError("patch header shape malformed")
+            raise PatchError(PatchReason.MALFORMED, "patch header shape malformed")
         if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_NUMEL for s in shape):
-            raise PatchError("patch header shape malformed")
+            raise PatchError(PatchReason.MALFORMED, "patch header shape malformed")
         spec = TensorSpec(name, dtype, tuple(shape))
         if spec.numel > MAX_NUMEL:
-            raise PatchError("patch header tensor too large")
+            raise PatchError(PatchReason.MALFORMED, "patch header tensor too large")
         specs.append(spec)
     return Header(base_hash=h["base_hash"], tensors=tuple(specs), zstd_level=lvl)
 
@@ -182,32 +182,35 @@ def parse_segment(rec: bytes | memoryview, header: Header, prev_end: tuple[int, 
     """Unpack a segment record and check every field against the header and bounds."""
     k, vc, ic, rsv, ti, start, span, count, iraw, ilen, vraw, vlen = SEGMENT.unpack(bytes(rec))
     if rsv != 0:
-        raise PatchError("segment reserved byte is not zero")
+        raise PatchError(PatchReason.MALFORMED, "segment reserved byte is not zero")
     if k not in (KIND_SPARSE, KIND_DENSE):
-        raise PatchError(f"unknown segment kind {k}")
+        raise PatchError(PatchReason.MALFORMED, f"unknown segment kind {k}")
     if vc not in VALUE_CODINGS:
-        raise PatchError(f"unknown value coding {vc}")
+        raise PatchError(PatchReason.MALFORMED, f"unknown value coding {vc}")
     if ti >= len(header.tensors):
-        raise PatchError(f"segment names tensor {ti} of {len(header.tensors)}")
+        raise PatchError(PatchReason.MALFORMED, f"segment names tensor {ti} of {len(header.tensors)}")
     spec = header.tensors[ti]
     w = BY_NAME[spec.dtype].itemsize
     if not 0 < span <= MAX_SPAN or start + span > spec.numel:
-        raise PatchError(f"segment range {start}+{span} outside {spec.name} ({spec.numel} elements)")
+        raise PatchError(
+            PatchReason.MALFORMED,
+            f"segment range {start}+{span} outside {spec.name} ({spec.numel} elements)",
+        )
     if (ti, start) < prev_end:
-        raise PatchError("segments out of order or overlapping")
+        raise PatchError(PatchReason.MALFORMED, "segments out of order or overlapping")
     if not 0 < count <= span:
-        raise PatchError("segment count out of range")
+        raise PatchError(PatchReason.MALFORMED, "segment count out of range")
     if k == KIND_SPARSE:
         if ic not in (INDEX_LEB128, INDEX_U16ESC):
-            raise PatchError(f"unknown index coding {ic}")
+            raise PatchError(PatchReason.MALFORMED, f"unknown index coding {ic}")
         max_iraw = 5 * count if ic == INDEX_LEB128 else 6 * count
         if not count <= iraw <= max_iraw or vraw != count * w:
-            raise PatchError("segment stream sizes do not match its count")
+            raise PatchError(PatchReason.MALFORMED, "segment stream sizes do not match its count")
     else:
         if ic != INDEX_NONE or iraw != 0 or ilen != 0 or vraw != span * w:
-            raise PatchError("dense segment stream sizes do not match its span")
+            raise PatchError(PatchReason.MALFORMED, "dense segment stream sizes do not match its span")
     if ilen > MAX_STREAM_BYTES or vlen > MAX_STREAM_BYTES or (iraw and not ilen) or not vlen:
-        raise PatchError("segment stream length out of range")
+        raise PatchError(PatchReason.MALFORMED, "segment stream length out of range")
     return SegmentHead(k, vc, ic, ti, start, span, count, iraw, ilen, vraw, vlen)
 
 
@@ -215,7 +218,7 @@ def parse_end(rec: bytes | memoryview) -> tuple[int, str, bytes]:
     """(segment count, result weights hash hex, BLAKE3 digest of every byte before the end record)."""
     k, r1, r2, r3, n, result, digest = END.unpack(bytes(rec))
     if k != KIND_END or r1 or r2 or r3:
-        raise PatchError("bad end record")
+        raise PatchError(PatchReason.MALFORMED, "bad end record")
     return n, result.hex(), digest
 
 
@@ -231,23 +234,26 @@ def zstd_unpack(frame: bytes | memoryview, raw_len: int) -> bytes:
     """
     if raw_len == 0:
         if len(frame):
-            raise PatchError("stream of declared size 0 is not empty")
+            raise PatchError(PatchReason.MALFORMED, "stream of declared size 0 is not empty")
         return b""
     if bytes(frame[:4]) != ZSTD_MAGIC:
-        raise PatchError("stream is not a zstd frame")
+        raise PatchError(PatchReason.MALFORMED, "stream is not a zstd frame")
     try:
         params = zstandard.get_frame_parameters(frame)
     except zstandard.ZstdError as e:
-        raise PatchError(f"bad zstd frame: {e}") from None
+        raise PatchError(PatchReason.MALFORMED, f"bad zstd frame: {e}") from None
     if params.content_size != raw_len:
-        raise PatchError(f"zstd frame declares {params.content_size} bytes, segment says {raw_len}")
+        raise PatchError(
+            PatchReason.MALFORMED,
+            f"zstd frame declares {params.content_size} bytes, segment says {raw_len}",
+        )
     try:
         dobj = zstandard.ZstdDecompressor().decompressobj()
         out = dobj.decompress(frame)
     except zstandard.ZstdError as e:
-        raise PatchError(f"bad zstd frame: {e}") from None
+        raise PatchError(PatchReason.MALFORMED, f"bad zstd frame: {e}") from None
     if not dobj.eof or dobj.unused_data:
-        raise PatchError("zstd stream is truncated or has trailing bytes")
+        raise PatchError(PatchReason.MALFORMED, "zstd stream is truncated or has trailing bytes")
     if len(out) != raw_len:
-        raise PatchError("zstd frame decompressed to the wrong size")
+        raise PatchError(PatchReason.MALFORMED, "zstd frame decompressed to the wrong size")
     return out

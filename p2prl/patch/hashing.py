@@ -22,7 +22,7 @@ import blake3
 import numpy as np
 
 from p2prl.patch.dtypes import BY_NAME, TensorLike, dtype_of, shape_of, uint_view
-from p2prl.patch.errors import PatchError
+from p2prl.patch.errors import PatchError, PatchReason
 
 DOMAIN = b"p2prl/weights/v1\x00"
 MAX_SAFETENSORS_HEADER = 64 * 1024 * 1024
@@ -66,16 +66,16 @@ def read_safetensors_header(
 ) -> tuple[dict[str, tuple[str, tuple[int, ...], int, int]], int]:
     """Parse and bound-check a safetensors header: name -> (dtype, shape, begin, end), data offset."""
     if len(buf) < 8:
-        raise PatchError("not a safetensors file: shorter than 8 bytes")
+        raise PatchError(PatchReason.MALFORMED, "not a safetensors file: shorter than 8 bytes")
     (hlen,) = struct.unpack("<Q", bytes(buf[:8]))
     if hlen > MAX_SAFETENSORS_HEADER or 8 + hlen > len(buf):
-        raise PatchError("not a safetensors file: bad header length")
+        raise PatchError(PatchReason.MALFORMED, "not a safetensors file: bad header length")
     try:
         header = json.loads(bytes(buf[8 : 8 + hlen]))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise PatchError(f"not a safetensors file: {e}") from None
+        raise PatchError(PatchReason.MALFORMED, f"not a safetensors file: {e}") from None
     if not isinstance(header, dict):
-        raise PatchError("not a safetensors file: header is not an object")
+        raise PatchError(PatchReason.MALFORMED, "not a safetensors file: header is not an object")
     data_len = len(buf) - 8 - hlen
     out: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
     for name, info in header.items():
@@ -84,14 +84,20 @@ def read_safetensors_header(
         try:
             dtype, shape, (begin, end) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
         except (KeyError, TypeError, ValueError):
-            raise PatchError(f"safetensors entry {name!r} is malformed") from None
+            raise PatchError(PatchReason.MALFORMED, f"safetensors entry {name!r} is malformed") from None
         if dtype not in BY_NAME or not all(isinstance(s, int) and s >= 0 for s in shape):
-            raise PatchError(f"safetensors entry {name!r} has an unsupported dtype or shape")
+            raise PatchError(
+                PatchReason.MALFORMED,
+                f"safetensors entry {name!r} has an unsupported dtype or shape",
+            )
         nbytes = int(np.prod(shape, dtype=np.int64)) * BY_NAME[dtype].itemsize
         if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end <= data_len):
-            raise PatchError(f"safetensors entry {name!r} lies outside the file")
+            raise PatchError(PatchReason.MALFORMED, f"safetensors entry {name!r} lies outside the file")
         if end - begin != nbytes:
-            raise PatchError(f"safetensors entry {name!r} has {end - begin} bytes, its shape needs {nbytes}")
+            raise PatchError(
+                PatchReason.MALFORMED,
+                f"safetensors entry {name!r} has {end - begin} bytes, its shape needs {nbytes}",
+            )
         out[name] = (dtype, shape, begin, end)
     return out, 8 + hlen
 
@@ -101,7 +107,7 @@ def weights_hash_file(path: str | Path) -> str:
     with open(path, "rb") as f:
         size = f.seek(0, 2)
         if size == 0:
-            raise PatchError("not a safetensors file: empty")
+            raise PatchError(PatchReason.MALFORMED, "not a safetensors file: empty")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             mv = memoryview(mm)
             try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from p2prl.patch.errors import PatchError
+from p2prl.patch.errors import PatchError, PatchReason
 
 U16_ESCAPE = 0xFFFF
 
@@ -41,7 +41,7 @@ def unshuffle(buf: bytes | memoryview, dtype: type[np.unsignedinteger], n: int) 
     w = np.dtype(dtype).itemsize
     raw = np.frombuffer(buf, dtype=np.uint8)
     if raw.size != n * w:
-        raise PatchError(f"value stream has {raw.size} bytes, expected {n * w}")
+        raise PatchError(PatchReason.MALFORMED, f"value stream has {raw.size} bytes, expected {n * w}")
     if w == 1:
         return raw.copy()
     return np.ascontiguousarray(raw.reshape(w, n).T).view(dtype).reshape(-1)
@@ -62,7 +62,7 @@ def gaps_to_positions(g: np.ndarray, span: int) -> np.ndarray:
     pos = np.cumsum(g, dtype=np.int64)
     pos += np.arange(g.size, dtype=np.int64)
     if pos.size and pos[-1] >= span:
-        raise PatchError(f"index {int(pos[-1])} outside a span of {span}")
+        raise PatchError(PatchReason.MALFORMED, f"index {int(pos[-1])} outside a span of {span}")
     return pos
 
 
@@ -94,7 +94,7 @@ def leb128_decode(buf: bytes | memoryview, n: int) -> np.ndarray:
     b = np.frombuffer(buf, dtype=np.uint8)
     ends = np.flatnonzero(b < 0x80)
     if ends.size != n or (n and ends[-1] != b.size - 1) or (n == 0 and b.size):
-        raise PatchError("LEB128 stream does not hold the declared number of values")
+        raise PatchError(PatchReason.MALFORMED, "LEB128 stream does not hold the declared number of values")
     if n == 0:
         return np.zeros(0, dtype=np.uint32)
     starts = np.empty(n, dtype=np.int64)
@@ -102,7 +102,7 @@ def leb128_decode(buf: bytes | memoryview, n: int) -> np.ndarray:
     starts[1:] = ends[:-1] + 1
     lens = ends - starts + 1
     if lens.max() > 5:
-        raise PatchError("LEB128 value longer than 5 bytes")
+        raise PatchError(PatchReason.MALFORMED, "LEB128 value longer than 5 bytes")
     out = np.zeros(n, dtype=np.uint64)
     for k in range(5):
         sel = np.flatnonzero(lens > k)
@@ -110,10 +110,10 @@ def leb128_decode(buf: bytes | memoryview, n: int) -> np.ndarray:
             break
         out[sel] |= (b[starts[sel] + k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
     if out.max() >= 1 << 32:
-        raise PatchError("LEB128 value exceeds 32 bits")
+        raise PatchError(PatchReason.MALFORMED, "LEB128 value exceeds 32 bits")
     # canonical: no trailing zero continuation byte (a multi-byte value's last byte is non-zero)
     if np.any((lens > 1) & (b[ends] == 0)):
-        raise PatchError("LEB128 value is not minimally encoded")
+        raise PatchError(PatchReason.MALFORMED, "LEB128 value is not minimally encoded")
     return out.astype(np.uint32)
 
 
@@ -131,16 +131,16 @@ def u16esc_encode(g: np.ndarray) -> bytes:
 def u16esc_decode(buf: bytes | memoryview, n: int) -> np.ndarray:
     mv = memoryview(buf)
     if len(mv) < 2 * n:
-        raise PatchError("uint16 index stream shorter than its count")
+        raise PatchError(PatchReason.MALFORMED, "uint16 index stream shorter than its count")
     main = unshuffle(mv[: 2 * n], np.uint16, n)
     esc = main == U16_ESCAPE
     n_esc = int(esc.sum())
     if len(mv) != 2 * n + 4 * n_esc:
-        raise PatchError("uint16 index stream escape section has the wrong length")
+        raise PatchError(PatchReason.MALFORMED, "uint16 index stream escape section has the wrong length")
     out = main.astype(np.uint32)
     if n_esc:
         big = np.frombuffer(mv[2 * n :], dtype="<u4")
         if np.any(big < U16_ESCAPE):
-            raise PatchError("escaped index gap is small enough for uint16")
+            raise PatchError(PatchReason.MALFORMED, "escaped index gap is small enough for uint16")
         out[esc] = big
     return out

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from p2prl.atomicfile import write_atomic
 from p2prl.crypto.envelope import EnvelopeError
-from p2prl.patch.errors import PatchError
+from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.protocol.messages import MessageError, PatchManifest, decode_message
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ def open_manifest(data: bytes, network: str, trainer: bytes) -> PatchManifest:
             data, network, expected_type=PatchManifest.TYPE, allowed_signers=frozenset({trainer})
         )
     except (EnvelopeError, MessageError) as e:
-        raise ManifestError(f"manifest rejected: {e}") from None
+        raise ManifestError(PatchReason.BAD_MANIFEST, f"manifest rejected: {e}") from None
     assert isinstance(msg, PatchManifest)
     return msg
 
@@ -90,11 +90,11 @@ class ManifestStore:
             other = self._by_key.get((m.version, "anchor" if m.kind == "delta" else "delta"))
             if other is not None and other[0].result_hash != m.result_hash:
                 self.conflicts += 1
-                raise ManifestError(f"conflicting manifests for version {m.version}")
+                raise ManifestError(PatchReason.BAD_MANIFEST, f"conflicting manifests for version {m.version}")
             if held is not None:
                 if held[0].result_hash != m.result_hash or held[0].blob.id != m.blob.id:
                     self.conflicts += 1
-                    raise ManifestError(f"conflicting manifest for version {m.version}")
+                    raise ManifestError(PatchReason.BAD_MANIFEST, f"conflicting manifest for version {m.version}")
                 return None
             self._by_key[key] = (m, envelope)
             while len(self._by_key) > self.capacity:

@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from p2prl.errors import PeerInputError
 from p2prl.proof.fingerprint import SKETCH_DIM, sketch
+from p2prl.reasons import VerdictReason
 
 MAGIC = b"P2RB\x01"
 _HEADER = struct.Struct("<Q32s32sBI")
@@ -31,13 +33,8 @@ _GROUP = struct.Struct("<QII")
 _ROLLOUT = struct.Struct("<Id")
 
 
-class BatchError(ValueError):
-    """A batch blob that cannot be accepted; ``reason`` is a stable code for verdicts and logs."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
+class BatchError(PeerInputError, ValueError):
+    """A batch blob that cannot be accepted; ``reason`` is a hard ``VerdictReason``."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +130,7 @@ class _Reader:
 
     def take(self, n: int) -> memoryview:
         if n < 0 or self.pos + n > len(self.buf):
-            raise BatchError("batch_malformed", f"truncated at byte {self.pos} (wanted {n} more)")
+            raise BatchError(VerdictReason.BATCH_MALFORMED, f"truncated at byte {self.pos} (wanted {n} more)")
         out = self.buf[self.pos : self.pos + n]
         self.pos += n
         return out
@@ -144,14 +141,14 @@ class _Reader:
 
 def _decompress(data: bytes, limit: int) -> bytes:
     if len(data) < len(MAGIC) or data[: len(MAGIC)] != MAGIC:
-        raise BatchError("batch_malformed", "bad magic")
+        raise BatchError(VerdictReason.BATCH_MALFORMED, "bad magic")
     try:
         with zstandard.ZstdDecompressor().stream_reader(data[len(MAGIC) :], read_across_frames=False) as r:
             out = r.read(limit + 1)
     except zstandard.ZstdError as e:
-        raise BatchError("batch_malformed", f"zstd: {e}") from None
+        raise BatchError(VerdictReason.BATCH_MALFORMED, f"zstd: {e}") from None
     if len(out) > limit:
-        raise BatchError("batch_oversized", f"decodes to more than {limit} bytes")
+        raise BatchError(VerdictReason.BATCH_OVERSIZED, f"decodes to more than {limit} bytes")
     return out
 
 
@@ -161,46 +158,59 @@ def decode_batch(data: bytes, limits: BatchLimits | None = None) -> RolloutBatch
     rd = _Reader(_decompress(bytes(data), lim.max_decoded_bytes))
     version, mh, miner, sketch_dim, n_groups = rd.unpack(_HEADER)
     if sketch_dim != lim.sketch_dim:
-        raise BatchError("batch_malformed", f"sketch_dim {sketch_dim}, expected {lim.sketch_dim}")
+        raise BatchError(VerdictReason.BATCH_MALFORMED, f"sketch_dim {sketch_dim}, expected {lim.sketch_dim}")
     if not 1 <= n_groups <= lim.max_groups:
-        raise BatchError("batch_oversized" if n_groups else "batch_malformed", f"{n_groups} groups")
+        raise BatchError(
+            VerdictReason.BATCH_OVERSIZED if n_groups else VerdictReason.BATCH_MALFORMED,
+            f"{n_groups} groups",
+        )
     total = 0
     groups: list[GroupRecord] = []
     for _ in range(n_groups):
         index, n_prompt, n_rollouts = rd.unpack(_GROUP)
         if not 1 <= n_prompt <= lim.max_prompt_tokens:
             raise BatchError(
-                "batch_oversized" if n_prompt else "batch_malformed", f"prompt of {n_prompt} tokens"
+                VerdictReason.BATCH_OVERSIZED if n_prompt else VerdictReason.BATCH_MALFORMED,
+                f"prompt of {n_prompt} tokens",
             )
         if not 1 <= n_rollouts <= lim.max_rollouts_per_group:
-            raise BatchError("batch_oversized" if n_rollouts else "batch_malformed", f"{n_rollouts} rollouts")
+            raise BatchError(
+                VerdictReason.BATCH_OVERSIZED if n_rollouts else VerdictReason.BATCH_MALFORMED,
+                f"{n_rollouts} rollouts",
+            )
         prompt = _read_ids(rd, n_prompt, lim.vocab_size)
         g = GroupRecord(index=index, prompt_ids=prompt)
         for _ in range(n_rollouts):
             n, reward = rd.unpack(_ROLLOUT)
             if not 1 <= n <= lim.max_completion_tokens:
-                raise BatchError("batch_oversized" if n else "batch_malformed", f"completion of {n} tokens")
+                raise BatchError(
+                    VerdictReason.BATCH_OVERSIZED if n else VerdictReason.BATCH_MALFORMED,
+                    f"completion of {n} tokens",
+                )
             total += n + n_prompt
             if total > lim.max_total_tokens:
-                raise BatchError("batch_oversized", f"more than {lim.max_total_tokens} tokens")
+                raise BatchError(VerdictReason.BATCH_OVERSIZED, f"more than {lim.max_total_tokens} tokens")
             if not math.isfinite(reward):
-                raise BatchError("batch_malformed", "reward is not finite")
+                raise BatchError(VerdictReason.BATCH_MALFORMED, "reward is not finite")
             ids = _read_ids(rd, n, lim.vocab_size)
             lps = np.frombuffer(rd.take(4 * n), dtype="<f4").astype(np.float32)
             if not np.all(np.isfinite(lps)) or np.any(lps > 0):
-                raise BatchError("batch_malformed", "logprobs must be finite and <= 0")
+                raise BatchError(VerdictReason.BATCH_MALFORMED, "logprobs must be finite and <= 0")
             sk = np.frombuffer(rd.take(n * sketch_dim), dtype=np.uint8).reshape(n, sketch_dim).copy()
             g.rollouts.append(RolloutRecord(ids, lps, float(reward), sk))
         groups.append(g)
     if rd.pos != len(rd.buf):
-        raise BatchError("batch_malformed", f"{len(rd.buf) - rd.pos} trailing bytes")
+        raise BatchError(VerdictReason.BATCH_MALFORMED, f"{len(rd.buf) - rd.pos} trailing bytes")
     return RolloutBatch(version, bytes(mh).hex(), bytes(miner), groups, sketch_dim)
 
 
 def _read_ids(rd: _Reader, n: int, vocab: int) -> np.ndarray:
     ids = np.frombuffer(rd.take(4 * n), dtype="<u4").astype(np.uint32)
     if ids.size and int(ids.max()) >= vocab:
-        raise BatchError("batch_vocab", f"token id {int(ids.max())} outside vocabulary of {vocab}")
+        raise BatchError(
+            VerdictReason.BATCH_VOCAB,
+            f"token id {int(ids.max())} outside vocabulary of {vocab}",
+        )
     return ids
 
 

@@ -72,9 +72,9 @@ def calibrate(
         )
         v = RolloutValidator.for_model(model, tokenizer, task, 0, manifest_hash, config=loose)
         s = v.check(p.announcement, CAL_MINER, p.blob, 0).stats
-        worst["fp_group"] = max(worst["fp_group"], s.get("fingerprint_err_group_max", 0.0))
-        worst["fp_rollout"] = max(worst["fp_rollout"], s.get("fingerprint_err_max", 0.0))
-        worst["lp_max"] = max(worst["lp_max"], s.get("logprob_err_max", 0.0))
+        worst["fp_group"] = max(worst["fp_group"], s.fingerprint_err_group_max)
+        worst["fp_rollout"] = max(worst["fp_rollout"], s.fingerprint_err_max)
+        worst["lp_max"] = max(worst["lp_max"], s.logprob_err_max)
     cfg = dataclasses.replace(
         base,
         fingerprint_tol=max(fp_floor, factor * worst["fp_group"]),

@@ -4,10 +4,10 @@ Order: cheap checks first (blob hash, version, header, commitment root, prompts,
 duplicates) over every rollout, then batched teacher-forced forward passes over ``checked_per_group``
 rollouts of each surviving group (picked after receipt from the validator's secret) and every repeat,
 from which the fingerprint, the behaviour logprobs and the distribution of the chosen tokens are
-checked. A group is accepted only when every check of it passes. Reasons in ``HARD_FAILURES`` prove misbehaviour (an
-honest miner never produces them) and zero the miner's score window; the others (stale, a version
-this validator does not hold, a blob that does not match its announcement) are not the miner's fault
-for sure and only drop the batch.
+checked. A group is accepted only when every check of it passes. Reasons in ``HARD_FAILURES``
+(``p2prl.reasons``) prove misbehaviour (an honest miner never produces them) and zero the miner's
+score window; the others (stale, a version this validator does not hold, a blob that does not match
+its announcement) are not the miner's fault for sure and only drop the batch.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import hashlib
 import math
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -25,58 +25,9 @@ from p2prl.lru import LRU
 from p2prl.proof.batch import BatchError, BatchLimits, RolloutBatch, commitment_root, decode_batch
 from p2prl.proof.fingerprint import SKETCH_DIM
 from p2prl.proof.recompute import Job, fisher_log_pvalues, iter_rollout_stats
-from p2prl.protocol.messages import RolloutAnnouncement, Verdict
-
-OK = "ok"
-# transport / bookkeeping (soft)
-BLOB_MISMATCH = "blob_mismatch"
-STALE = "stale"
-FUTURE_VERSION = "future_version"
-UNKNOWN_VERSION = "unknown_version"
-MANIFEST_MISMATCH = "manifest_mismatch"
-INDEX_GAP = "index_gap"  # the batch does not start at the miner's next prompt index for the version
-# the miner signed something wrong (hard)
-BATCH_MALFORMED = "batch_malformed"
-BATCH_OVERSIZED = "batch_oversized"
-BATCH_VOCAB = "batch_vocab"
-HEADER_MISMATCH = "header_mismatch"
-GROUP_COUNT = "group_count"
-COMMITMENT_MISMATCH = "commitment_mismatch"
-DUPLICATE_INDEX = "duplicate_index"
-INDEX_ORDER = "index_order"  # a batch's prompt indices are not consecutive
-GROUP_SIZE = "group_size"
-LENGTH = "length"
-PROMPT_MISMATCH = "prompt_mismatch"
-REWARD = "reward"
-DUPLICATE = "duplicate"
-COPIED = "copied"
-FINGERPRINT = "fingerprint"
-LOGPROB = "logprob"
-DISTRIBUTION = "distribution"  # one rollout's tokens are unlikely: the group is dropped, no penalty
-DISTRIBUTION_BATCH = "distribution_batch"  # the whole batch's tokens are: proof of another sampler
-NOT_CHECKED = "not_checked"  # another group of the same batch failed hard
-
-HARD_FAILURES = frozenset(
-    {
-        BATCH_MALFORMED,
-        BATCH_OVERSIZED,
-        BATCH_VOCAB,
-        HEADER_MISMATCH,
-        GROUP_COUNT,
-        COMMITMENT_MISMATCH,
-        DUPLICATE_INDEX,
-        INDEX_ORDER,
-        GROUP_SIZE,
-        LENGTH,
-        PROMPT_MISMATCH,
-        REWARD,
-        DUPLICATE,
-        COPIED,
-        FINGERPRINT,
-        LOGPROB,
-        DISTRIBUTION_BATCH,
-    }
-)
+from p2prl.protocol.messages import GroupVerdict, RolloutAnnouncement, Verdict
+from p2prl.reasons import HARD_FAILURES
+from p2prl.reasons import VerdictReason as R
 
 
 @dataclass(frozen=True)
@@ -117,11 +68,29 @@ class ValidatorConfig:
     limits: BatchLimits = field(default_factory=BatchLimits)
 
 
-@dataclass(frozen=True)
-class GroupVerdict:
-    index: int  # position of the group in the batch
-    accepted: bool
-    reason: str
+@dataclass
+class CheckStats:
+    """What the model checks of one batch measured, against the tolerances: read by calibration
+    (``proof.calibrate``), the benchmark and logs. All zero when no rollout was recomputed."""
+
+    fingerprint_err_max: float = 0.0  # the worst rollout's rms fingerprint error
+    fingerprint_err_group_max: float = 0.0  # the worst group's (rms over all its checked positions)
+    fingerprint_err_group_min: float = 0.0  # the best group's
+    logprob_err_max: float = 0.0  # the largest per-token behaviour logprob error
+    distribution_logp_min: float = 0.0  # the least likely rollout's Fisher log p-value
+    distribution_batch_logp: float = 0.0  # the whole batch's Fisher log p-value
+    rollouts_picked: int = 0  # the secret sample plus every repeat
+    rollouts_recomputed: int = 0  # fewer than picked when a hard failure stopped the checks
+
+    def add_rollout(self, res: dict[str, float]) -> None:
+        """Fold in one recomputed rollout's statistics (``recompute.iter_rollout_stats``)."""
+        self.rollouts_recomputed += 1
+        self.fingerprint_err_max = max(self.fingerprint_err_max, res["fp_rollout"])
+        self.logprob_err_max = max(self.logprob_err_max, res["lp_max"])
+        self.distribution_logp_min = min(self.distribution_logp_min, res["dist_logp"])
+
+    def to_dict(self) -> dict[str, float]:
+        return {f.name: float(getattr(self, f.name)) for f in fields(self)}
 
 
 @dataclass
@@ -130,7 +99,7 @@ class BatchVerdict:
     valid_groups: list[Any]  # p2prl.rl.types.RolloutGroup
     hard_failure: bool = False
     unique_rollouts: int = 0
-    stats: dict[str, float] = field(default_factory=dict)
+    stats: CheckStats = field(default_factory=CheckStats)
 
     @property
     def accepted_rollouts(self) -> int:
@@ -234,19 +203,19 @@ class RolloutValidator:
         if self.started_at is None:
             self.started_at = current_version
         if cfg.groups_per_batch is not None and n != cfg.groups_per_batch:  # signed: before any work
-            return _all(n, GROUP_COUNT, hard=True)
+            return _all(n, R.GROUP_COUNT, hard=True)
         if len(batch_bytes) != ann.blob.size or hashlib.sha256(batch_bytes).hexdigest() != ann.blob.id:
-            return _all(n, BLOB_MISMATCH)
+            return _all(n, R.BLOB_MISMATCH)
         if ann.version > current_version:
-            return _all(n, FUTURE_VERSION)
+            return _all(n, R.FUTURE_VERSION)
         if current_version - ann.version > cfg.max_staleness:
-            return _all(n, STALE)
+            return _all(n, R.STALE)
         held = self.versions(ann.version)
         if held is None:
-            return _all(n, UNKNOWN_VERSION)
+            return _all(n, R.UNKNOWN_VERSION)
         manifest_hash, model = held
         if manifest_hash != ann.manifest_hash:
-            return _all(n, MANIFEST_MISMATCH)
+            return _all(n, R.MANIFEST_MISMATCH)
         try:
             batch = decode_batch(batch_bytes, self._limits())
         except BatchError as e:
@@ -256,13 +225,13 @@ class RolloutValidator:
             or batch.manifest_hash != ann.manifest_hash
             or batch.miner != miner_key
         ):
-            return _all(n, HEADER_MISMATCH, hard=True)
+            return _all(n, R.HEADER_MISMATCH, hard=True)
         if len(batch.groups) != n:
-            return _all(n, GROUP_COUNT, hard=True)
+            return _all(n, R.GROUP_COUNT, hard=True)
         if commitment_root(batch) != ann.commitment_root:
-            return _all(n, COMMITMENT_MISMATCH, hard=True)
+            return _all(n, R.COMMITMENT_MISMATCH, hard=True)
         order = self._index_order(batch)
-        if order != OK:
+        if order != R.OK:
             return _all(n, order, hard=order in HARD_FAILURES)
         return self._check_groups(batch, model, ann.blob.id)
 
@@ -274,18 +243,18 @@ class RolloutValidator:
         Versions older than this validator's start are judged from the first batch it sees (a restart
         must not drop a miner's version in progress)."""
         if not self.config.contiguous_indices:
-            return OK
+            return R.OK
         first = batch.groups[0].index
         if [g.index for g in batch.groups] != list(range(first, first + len(batch.groups))):
-            return INDEX_ORDER
+            return R.INDEX_ORDER
         key = (batch.version, batch.miner)
         # a version that began before this validator started: its first batch of a miner sets the start
         since = 0 if self.started_at is None or batch.version > self.started_at else first
         expected = self.next_index.get(key, since)
         if first > expected or (first < expected and (*key, first) not in self.used_slots):
-            return INDEX_GAP
+            return R.INDEX_GAP
         self.next_index.put(key, max(expected, first + len(batch.groups)))
-        return OK
+        return R.OK
 
     def _limits(self) -> BatchLimits:
         lim = self.config.limits
@@ -303,43 +272,69 @@ class RolloutValidator:
             sketch_dim=self.config.sketch_dim,
         )
 
-    # -- per group -------------------------------------------------------------------------------
+    # -- per group: the phases, in order -------------------------------------------------------
     def _check_groups(self, batch: RolloutBatch, model: Any, blob_id: str) -> BatchVerdict:
+        """Judge each group: the cheap checks of what the miner claims over every rollout, repeats,
+        then the model checks of the picked rollouts, the whole batch's token distribution and each
+        group's fingerprint. ``reasons`` holds each group's verdict so far; a phase only judges
+        groups still ``ok``."""
+        reasons, problems = self._check_claims(batch)
+        unique, keys, repeats = self._find_repeats(batch, reasons)
+        todo = self._pick_rollouts(batch, blob_id, reasons, repeats)
+        stats = CheckStats(rollouts_picked=len(todo))
+        fp, tails = self._check_rollouts(batch, model, blob_id, todo, repeats, reasons, stats)
+        self._check_batch_distribution(tails, reasons, stats)
+        self._check_group_fingerprints(fp, reasons, stats)
+        verdict = self._verdict(batch, reasons, problems, unique, stats)
+        self._remember(batch, verdict, keys, blob_id)
+        return verdict
+
+    def _check_claims(self, batch: RolloutBatch) -> tuple[list[str], list[Any]]:
+        """Shape and content of every group without the model: its prompt index is new, its size is
+        the genesis group size, its prompt is the one derived for it, and every completion's length,
+        stop tokens and reward are what the task gives. Returns the reasons and the tasks' problems."""
         from p2prl.rl.tasks import derive_seed
 
         cfg = self.config
-        reasons: list[str] = [OK] * len(batch.groups)
+        reasons: list[str] = [R.OK] * len(batch.groups)
         problems: list[Any] = [None] * len(batch.groups)
         seen_idx: set[int] = set()
         for gi, g in enumerate(batch.groups):
             slot = (batch.version, batch.miner, g.index)
             if g.index in seen_idx or slot in self.used_slots:
-                reasons[gi] = DUPLICATE_INDEX
+                reasons[gi] = R.DUPLICATE_INDEX
                 continue
             seen_idx.add(g.index)
             if cfg.group_size is not None and len(g.rollouts) != cfg.group_size:
-                reasons[gi] = GROUP_SIZE
+                reasons[gi] = R.GROUP_SIZE
                 continue
             problem = self.task.problem(derive_seed(batch.manifest_hash, batch.miner, g.index))
             problems[gi] = problem
             if self.tokenizer.encode_prompt(problem.prompt) != g.prompt_ids.tolist():
-                reasons[gi] = PROMPT_MISMATCH
+                reasons[gi] = R.PROMPT_MISMATCH
                 continue
             for r in g.rollouts:
                 ids = r.completion_ids.tolist()
                 if len(ids) > cfg.max_new_tokens or set(ids[:-1]) & set(self.tokenizer.stop_ids):
-                    reasons[gi] = LENGTH
+                    reasons[gi] = R.LENGTH
                     break
                 if self.task.reward(problem, self.tokenizer.decode(ids)) != r.reward:
-                    reasons[gi] = REWARD
+                    reasons[gi] = R.REWARD
                     break
-        # duplicates, over every rollout: a repeat is only suspicious when it is unlikely under the
-        # model, so every repeat is recomputed whether or not it was sampled
+        return reasons, problems
+
+    def _find_repeats(
+        self, batch: RolloutBatch, reasons: list[str]
+    ) -> tuple[list[int], dict[bytes, int], dict[tuple[int, int], bool]]:
+        """Repeated (prompt, completion)s over every rollout of the groups still ok: a repeat is only
+        suspicious when it is unlikely under the model, so every repeat is recomputed whether or not
+        it was sampled. Returns per group its unique rollouts, this batch's keys -> first group, and
+        the repeats: (group, rollout) -> whether another miner had it first."""
         unique = [0] * len(batch.groups)
-        local: dict[bytes, int] = {}  # this batch's (prompt, completion) keys -> first group
-        repeats: dict[tuple[int, int], bool] = {}  # (group, rollout) -> seen from another miner
+        local: dict[bytes, int] = {}
+        repeats: dict[tuple[int, int], bool] = {}
         for gi, g in enumerate(batch.groups):
-            if reasons[gi] != OK:
+            if reasons[gi] != R.OK:
                 continue
             for ri, r in enumerate(g.rollouts):
                 key = SeenIndex.key(g.prompt_ids, r.completion_ids)
@@ -349,58 +344,95 @@ class RolloutValidator:
                 else:
                     repeats[(gi, ri)] = prev is not None and prev[0] != batch.miner
                 local.setdefault(key, gi)
+        return unique, local, repeats
+
+    def _pick_rollouts(
+        self, batch: RolloutBatch, blob_id: str, reasons: list[str], repeats: dict[tuple[int, int], bool]
+    ) -> list[tuple[int, int]]:
+        """The (group, rollout)s to recompute: the secret sample of each group still ok, and every
+        repeat; none once a cheap check found a lie."""
+        if any(r in HARD_FAILURES for r in reasons):
+            return []
         todo = []
-        for gi, g in enumerate(batch.groups):  # no model work once a cheap check found a lie
-            if reasons[gi] == OK and not any(r in HARD_FAILURES for r in reasons):
+        for gi, g in enumerate(batch.groups):
+            if reasons[gi] == R.OK:
                 picked = self._sampled(blob_id, gi, len(g.rollouts))
                 todo += [(gi, ri) for ri in range(len(g.rollouts)) if ri in picked or (gi, ri) in repeats]
-        results: list[dict[str, float]] = []
-        fp_sq: dict[int, list[float]] = {}
-        stats = {
-            "fingerprint_err_max": 0.0,
-            "logprob_err_max": 0.0,
-            "distribution_logp_min": 0.0,
-        }
+        return todo
+
+    def _check_rollouts(
+        self,
+        batch: RolloutBatch,
+        model: Any,
+        blob_id: str,
+        todo: list[tuple[int, int]],
+        repeats: dict[tuple[int, int], bool],
+        reasons: list[str],
+        stats: CheckStats,
+    ) -> tuple[dict[int, tuple[float, float]], tuple[float, int]]:
+        """Recompute the picked rollouts with the model and check each: fingerprint, behaviour
+        logprobs, the likelihood of its tokens, and (for a repeat) whether it is a copy. Stops at the
+        first hard failure (proof enough). Returns per group the fingerprint's (squared error, count)
+        and the batch's (sum of log tail probabilities, count) over what was recomputed."""
+        fp: dict[int, tuple[float, float]] = {}
+        log_tails, n_tails = 0.0, 0
         for (gi, ri), res in zip(todo, self._model_checks(batch, model, todo, blob_id), strict=False):
-            results.append(res)
-            fp_sq.setdefault(gi, []).append(res["fp_sq"])
-            fp_sq[gi].append(res["fp_n"])
-            stats["fingerprint_err_max"] = max(stats["fingerprint_err_max"], res["fp_rollout"])
-            stats["logprob_err_max"] = max(stats["logprob_err_max"], res["lp_max"])
-            stats["distribution_logp_min"] = min(stats["distribution_logp_min"], res["dist_logp"])
-            if reasons[gi] != OK:
+            stats.add_rollout(res)
+            sq, cnt = fp.get(gi, (0.0, 0.0))
+            fp[gi] = (sq + res["fp_sq"], cnt + res["fp_n"])
+            log_tails += res["log_tail_sum"]
+            n_tails += int(res["n_tails"])
+            if reasons[gi] != R.OK:
                 continue
-            if res["fp_rollout"] > cfg.fingerprint_tol_rollout:
-                reasons[gi] = FINGERPRINT
-            elif res["lp_mean"] > cfg.logprob_tol_mean or res["lp_max"] > cfg.logprob_tol_max:
-                reasons[gi] = LOGPROB
-            elif res["dist_logp"] < math.log(cfg.distribution_alpha):
-                reasons[gi] = DISTRIBUTION
-            elif (gi, ri) in repeats and res["seq_logprob"] < math.log(cfg.copy_max_prob):
-                reasons[gi] = COPIED if repeats[(gi, ri)] else DUPLICATE
-            if reasons[gi] in HARD_FAILURES:  # proof enough: no further forward passes
+            reasons[gi] = self._rollout_reason(res, repeats.get((gi, ri)))
+            if reasons[gi] in HARD_FAILURES:
                 break
-        stats["rollouts_recomputed"] = float(len(results))
-        stats["rollouts_picked"] = float(len(todo))  # recomputed unless a hard failure stopped it
-        log_tails = sum(res["log_tail_sum"] for res in results)
-        n_tails = sum(int(res["n_tails"]) for res in results)
-        batch_logp = fisher_log_pvalue_sum(log_tails, n_tails)
-        stats["distribution_batch_logp"] = batch_logp
-        if batch_logp < math.log(cfg.distribution_batch_alpha):
-            flagged = [gi for gi, r in enumerate(reasons) if r == DISTRIBUTION] or [
-                gi for gi, r in enumerate(reasons) if r == OK
+        return fp, (log_tails, n_tails)
+
+    def _rollout_reason(self, res: dict[str, float], copied_from_other: bool | None) -> str:
+        """One recomputed rollout's reason; ``copied_from_other`` is None unless it is a repeat."""
+        cfg = self.config
+        if res["fp_rollout"] > cfg.fingerprint_tol_rollout:
+            return R.FINGERPRINT
+        if res["lp_mean"] > cfg.logprob_tol_mean or res["lp_max"] > cfg.logprob_tol_max:
+            return R.LOGPROB
+        if res["dist_logp"] < math.log(cfg.distribution_alpha):
+            return R.DISTRIBUTION
+        if copied_from_other is not None and res["seq_logprob"] < math.log(cfg.copy_max_prob):
+            return R.COPIED if copied_from_other else R.DUPLICATE
+        return R.OK
+
+    def _check_batch_distribution(
+        self, tails: tuple[float, int], reasons: list[str], stats: CheckStats
+    ) -> None:
+        """The chosen tokens of the whole batch: one unlikely rollout is chance, a batch of them is
+        proof of another sampler, which fails the groups flagged (or, if none, every group ok)."""
+        stats.distribution_batch_logp = fisher_log_pvalue_sum(*tails)
+        if stats.distribution_batch_logp < math.log(self.config.distribution_batch_alpha):
+            flagged = [gi for gi, r in enumerate(reasons) if r == R.DISTRIBUTION] or [
+                gi for gi, r in enumerate(reasons) if r == R.OK
             ]
             for gi in flagged:
-                reasons[gi] = DISTRIBUTION_BATCH
-        for gi, v in fp_sq.items():
-            sq, cnt = sum(v[0::2]), sum(v[1::2])
+                reasons[gi] = R.DISTRIBUTION_BATCH
+
+    def _check_group_fingerprints(
+        self, fp: dict[int, tuple[float, float]], reasons: list[str], stats: CheckStats
+    ) -> None:
+        """Each group's fingerprint error, rms over all its checked positions, within the group
+        tolerance (tighter than one rollout's: it averages more positions)."""
+        errs = []
+        for gi, (sq, cnt) in fp.items():
             err = math.sqrt(sq / cnt) if cnt else 0.0
-            stats["fingerprint_err_group_max"] = max(stats.get("fingerprint_err_group_max", 0.0), err)
-            stats["fingerprint_err_group_min"] = min(stats.get("fingerprint_err_group_min", math.inf), err)
-            if reasons[gi] == OK and err > cfg.fingerprint_tol:
-                reasons[gi] = FINGERPRINT
-        verdict = self._verdict(batch, reasons, problems, unique, stats)
-        for key, gi in local.items():  # only accepted content claims a place in the index
+            errs.append(err)
+            if reasons[gi] == R.OK and err > self.config.fingerprint_tol:
+                reasons[gi] = R.FINGERPRINT
+        if errs:
+            stats.fingerprint_err_group_max = max(errs)
+            stats.fingerprint_err_group_min = min(errs)
+
+    def _remember(self, batch: RolloutBatch, verdict: BatchVerdict, keys: dict[bytes, int], blob_id: str) -> None:
+        """Only accepted content claims a place in the seen index, and each accepted group its slot."""
+        for key, gi in keys.items():
             if verdict.groups[gi].accepted:
                 self.seen.add(key, batch.miner, blob_id)
         for g, gv in zip(batch.groups, verdict.groups, strict=True):
@@ -414,16 +446,16 @@ class RolloutValidator:
         reasons: list[str],
         problems: list[Any],
         unique: list[int],
-        stats: dict[str, float],
+        stats: CheckStats,
     ) -> BatchVerdict:
         from p2prl.rl.types import Rollout, RolloutGroup
 
         hard = any(r in HARD_FAILURES for r in reasons)
         if hard:  # a batch that lies anywhere earns nothing anywhere
-            reasons = [r if r != OK else NOT_CHECKED for r in reasons]
+            reasons = [r if r != R.OK else R.NOT_CHECKED for r in reasons]
         groups, valid, n_unique = [], [], 0
         for gi, (g, reason) in enumerate(zip(batch.groups, reasons, strict=True)):
-            ok = reason == OK
+            ok = reason == R.OK
             groups.append(GroupVerdict(gi, ok, reason))
             if ok:
                 n_unique += unique[gi]
@@ -486,5 +518,5 @@ def to_verdict(bv: BatchVerdict, announcement: RolloutAnnouncement, miner_key: b
         blob_id=announcement.blob.id,
         miner=miner_key.hex(),
         version=announcement.version,
-        groups=tuple({"index": g.index, "accepted": g.accepted, "reason": g.reason} for g in bv.groups),
+        groups=tuple(bv.groups),
     )

@@ -5,6 +5,7 @@ from p2prl.protocol.fields import is_hex
 from p2prl.protocol.messages import (
     MAX_ENVELOPE_BYTES,
     Genesis,
+    GroupVerdict,
     Heartbeat,
     MessageError,
     PatchManifest,
@@ -20,6 +21,7 @@ __all__ = [
     "MAX_ENVELOPE_BYTES",
     "BlobRef",
     "Genesis",
+    "GroupVerdict",
     "Heartbeat",
     "MessageError",
     "PatchManifest",

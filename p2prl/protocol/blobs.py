@@ -9,7 +9,7 @@ from functools import cached_property
 from typing import Any
 
 from p2prl.crypto.canonical import canonical_bytes
-from p2prl.protocol.fields import MessageError, check_hex, hex_field, int_field, list_field
+from p2prl.protocol.fields import bad_body, check_hex, hex_field, int_field, list_field
 
 DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
 MIN_CHUNK_SIZE = 16 * 1024
@@ -33,7 +33,7 @@ class BlobRef:
     @classmethod
     def from_body(cls, body: Any) -> BlobRef:
         if not isinstance(body, dict):
-            raise MessageError("blob must be an object")
+            raise bad_body("blob must be an object")
         ref = cls(
             id=hex_field(body, "id", 32),
             size=int_field(body, "size", 0, MAX_BLOB_BYTES),
@@ -44,7 +44,7 @@ class BlobRef:
             check_hex(c, 32, "chunk hash")
         expected = max(1, -(-ref.size // ref.chunk_size))
         if len(ref.chunks) != expected:
-            raise MessageError(f"blob of {ref.size} bytes needs {expected} chunks, lists {len(ref.chunks)}")
+            raise bad_body(f"blob of {ref.size} bytes needs {expected} chunks, lists {len(ref.chunks)}")
         return ref
 
     @cached_property

@@ -17,6 +17,7 @@ from p2prl.crypto.keys import Identity
 from p2prl.protocol.blobs import blob_ref_for
 from p2prl.protocol.messages import (
     Genesis,
+    GroupVerdict,
     Heartbeat,
     Message,
     PatchManifest,
@@ -119,8 +120,8 @@ def examples() -> Iterator[Example]:
                 miner=MINER.public_hex,
                 version=7,
                 groups=(
-                    {"index": 0, "accepted": True, "reason": "ok"},
-                    {"index": 1, "accepted": False, "reason": "reward_mismatch"},
+                    GroupVerdict(0, True, "ok"),
+                    GroupVerdict(1, False, "reward_mismatch"),
                 ),
                 announcement="0" * 64,  # replaced below by the digest of the announcement above
                 created_ms=CREATED_MS,

@@ -5,27 +5,31 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from p2prl.errors import PeerInputError
+from p2prl.reasons import InputReason
+
 _HEX_RE = re.compile(r"[0-9a-f]*")
 
 
-class MessageError(ValueError):
-    """A body that does not match its type's schema; ``reason`` is a stable code."""
+class MessageError(PeerInputError, ValueError):
+    """A body that does not match its type's schema; ``reason`` is an ``InputReason``."""
 
-    def __init__(self, detail: str, reason: str = "bad_body") -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
+
+def bad_body(detail: str) -> MessageError:
+    """The error for a body that breaks its schema (nearly every refusal of a parsed body)."""
+    return MessageError(InputReason.BAD_BODY, detail)
 
 
 def req(body: dict[str, Any], key: str) -> Any:
     if key not in body:
-        raise MessageError(f"missing field {key!r}")
+        raise bad_body(f"missing field {key!r}")
     return body[key]
 
 
 def int_field(body: dict[str, Any], key: str, lo: int = 0, hi: int = 2**62) -> int:
     v = req(body, key)
     if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
-        raise MessageError(f"{key} must be an integer in [{lo}, {hi}]")
+        raise bad_body(f"{key} must be an integer in [{lo}, {hi}]")
     return v
 
 
@@ -34,9 +38,9 @@ def str_field(
 ) -> str:
     v = req(body, key)
     if not isinstance(v, str) or len(v) > max_len:
-        raise MessageError(f"{key} must be a string of at most {max_len} chars")
+        raise bad_body(f"{key} must be a string of at most {max_len} chars")
     if choices is not None and v not in choices:
-        raise MessageError(f"{key} must be one of {choices}")
+        raise bad_body(f"{key} must be one of {choices}")
     return v
 
 
@@ -58,25 +62,25 @@ def is_hex(v: Any, nbytes: int | None = None) -> bool:
 
 def check_hex(v: Any, nbytes: int, what: str) -> None:
     if not is_hex(v, nbytes):
-        raise MessageError(f"{what} must be {nbytes} bytes of lowercase hex")
+        raise bad_body(f"{what} must be {nbytes} bytes of lowercase hex")
 
 
 def list_field(body: dict[str, Any], key: str, max_len: int) -> list[Any]:
     v = req(body, key)
     if not isinstance(v, list) or len(v) > max_len:
-        raise MessageError(f"{key} must be a list of at most {max_len} items")
+        raise bad_body(f"{key} must be a list of at most {max_len} items")
     return v
 
 
 def dict_field(body: dict[str, Any], key: str) -> dict[str, Any]:
     v = req(body, key)
     if not isinstance(v, dict):
-        raise MessageError(f"{key} must be an object")
+        raise bad_body(f"{key} must be an object")
     return v
 
 
 def bool_field(body: dict[str, Any], key: str) -> bool:
     v = req(body, key)
     if not isinstance(v, bool):
-        raise MessageError(f"{key} must be a boolean")
+        raise bad_body(f"{key} must be a boolean")
     return v

@@ -16,6 +16,7 @@ from p2prl.crypto.keys import Identity
 from p2prl.protocol.blobs import BlobRef
 from p2prl.protocol.fields import (
     MessageError,
+    bad_body,
     bool_field,
     dict_field,
     hex_field,
@@ -36,6 +37,7 @@ from p2prl.protocol.sections import (
     parse_section,
     section_body,
 )
+from p2prl.reasons import InputReason
 
 MAX_ENVELOPE_BYTES = 512 * 1024
 MAX_VERSION = 2**40
@@ -98,14 +100,14 @@ class Genesis:
     def from_body(cls, b: dict[str, Any]) -> Genesis:
         extra = set(b) - {f.name for f in fields(cls)}
         if extra:  # a field this version does not know would be signed but silently ignored
-            raise MessageError(f"genesis has unknown keys {sorted(extra)}")
+            raise bad_body(f"genesis has unknown keys {sorted(extra)}")
         validators = list_field(b, "validators", 64)
         for v in validators:
             if not is_hex(v, 32):
-                raise MessageError("validators must be hex public keys")
+                raise bad_body("validators must be hex public keys")
         bootstrap = list_field(b, "bootstrap", 64)
         if not all(isinstance(a, str) and len(a) < 512 for a in bootstrap):
-            raise MessageError("bootstrap must be multiaddr strings")
+            raise bad_body("bootstrap must be multiaddr strings")
         s3 = req(b, "s3")
         return cls(
             network_id=str_field(b, "network_id", 64),
@@ -173,11 +175,11 @@ class PatchManifest:
             created_ms=int_field(b, "created_ms"),
         )
         if kind == "delta" and m.base_version != m.version - 1:
-            raise MessageError("a delta must take version-1 to version")
+            raise bad_body("a delta must take version-1 to version")
         if kind == "anchor" and (m.base_version != m.version or m.anchor_version != m.version):
-            raise MessageError("an anchor's base_version and anchor_version are its own version")
+            raise bad_body("an anchor's base_version and anchor_version are its own version")
         if m.anchor_version > m.version:
-            raise MessageError("anchor_version after version")
+            raise bad_body("anchor_version after version")
         return m
 
 
@@ -218,6 +220,36 @@ class RolloutAnnouncement:
 
 
 @dataclass(frozen=True)
+class GroupVerdict:
+    """One group's judgement inside a ``Verdict``: its position in the batch, accepted or not, and why.
+
+    ``reason`` is a ``VerdictReason`` value; any code of up to 64 characters is carried, so a
+    validator that knows a newer reason is not refused (the trainer acts only on the hard ones).
+    Keys other than these three are ignored.
+    """
+
+    MAX_INDEX: ClassVar[int] = 4095  # a batch holds at most 4096 groups (RolloutAnnouncement.groups)
+    MAX_REASON: ClassVar[int] = 64
+
+    index: int
+    accepted: bool
+    reason: str
+
+    def to_body(self) -> dict[str, Any]:
+        return {"index": self.index, "accepted": self.accepted, "reason": str(self.reason)}
+
+    @classmethod
+    def from_body(cls, g: Any) -> GroupVerdict:
+        if not isinstance(g, dict):
+            raise bad_body("group verdict must be an object")
+        return cls(
+            index=int_field(g, "index", 0, cls.MAX_INDEX),
+            accepted=bool_field(g, "accepted"),
+            reason=str_field(g, "reason", cls.MAX_REASON),
+        )
+
+
+@dataclass(frozen=True)
 class Verdict:
     """A validator's judgement of one rollout blob: per-group accept/reject with reason codes.
 
@@ -227,47 +259,37 @@ class Verdict:
 
     TYPE: ClassVar[str] = "verdict"
     MAX_BYTES: ClassVar[int] = 128 * 1024
+    MAX_GROUPS: ClassVar[int] = 4096
 
     blob_id: str
     miner: str
     version: int
-    groups: tuple[dict[str, Any], ...]  # {"index": int, "accepted": bool, "reason": str}
+    groups: tuple[GroupVerdict, ...]
     announcement: str = ""  # sha256 hex of the judged announcement envelope (required on the wire)
     created_ms: int = field(default_factory=now_ms)
 
     @property
     def accepted(self) -> int:
-        return sum(1 for g in self.groups if g["accepted"])
+        return sum(1 for g in self.groups if g.accepted)
 
     def to_body(self) -> dict[str, Any]:
         return {
             "blob_id": self.blob_id,
             "miner": self.miner,
             "version": self.version,
-            "groups": list(self.groups),
+            "groups": [g.to_body() for g in self.groups],
             "announcement": self.announcement,
             "created_ms": self.created_ms,
         }
 
     @classmethod
     def from_body(cls, b: dict[str, Any]) -> Verdict:
-        groups = list_field(b, "groups", 4096)
-        checked = []
-        for g in groups:
-            if not isinstance(g, dict):
-                raise MessageError("group verdict must be an object")
-            checked.append(
-                {
-                    "index": int_field(g, "index", 0, 4095),
-                    "accepted": bool_field(g, "accepted"),
-                    "reason": str_field(g, "reason", 64),
-                }
-            )
+        groups = list_field(b, "groups", cls.MAX_GROUPS)
         return cls(
             blob_id=hex_field(b, "blob_id", 32),
             miner=hex_field(b, "miner", 32),
             version=int_field(b, "version", 0, MAX_VERSION),
-            groups=tuple(checked),
+            groups=tuple(GroupVerdict.from_body(g) for g in groups),
             announcement=hex_field(b, "announcement", 32),
             created_ms=int_field(b, "created_ms"),
         )
@@ -297,10 +319,10 @@ class Scores:
     def from_body(cls, b: dict[str, Any]) -> Scores:
         scores = dict_field(b, "scores")
         if len(scores) > 4096:
-            raise MessageError("too many miners in scores")
+            raise bad_body("too many miners in scores")
         for k, v in scores.items():
             if not is_hex(k, 32) or not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise MessageError("scores must map hex keys to non-negative integers")
+                raise bad_body("scores must map hex keys to non-negative integers")
         return cls(
             version=int_field(b, "version", 0, MAX_VERSION),
             window=int_field(b, "window", 1, 1_000_000),
@@ -347,15 +369,15 @@ class Heartbeat:
         addrs = list_field(b, "addrs", cls.MAX_ADDRS)
         holds = list_field(b, "holds", cls.MAX_HOLDS)
         if not all(isinstance(a, str) and len(a) < 512 for a in addrs):
-            raise MessageError("addrs must be multiaddr strings")
+            raise bad_body("addrs must be multiaddr strings")
         for h in holds:
             if not is_hex(h, 32):
-                raise MessageError("holds must be blob ids")
+                raise bad_body("holds must be blob ids")
         stats = dict_field(b, "stats")
         if len(stats) > cls.MAX_STATS or not all(
             isinstance(v, int) and not isinstance(v, bool) for v in stats.values()
         ):
-            raise MessageError(f"stats must be at most {cls.MAX_STATS} integers")
+            raise bad_body(f"stats must be at most {cls.MAX_STATS} integers")
         return cls(
             role=str_field(b, "role", 16, ROLES),
             version=int_field(b, "version", 0, MAX_VERSION),
@@ -378,7 +400,7 @@ def encode_message(identity: Identity, network: str, msg: Message) -> bytes:
     type(msg).from_body(canonical_loads(canonical_bytes(msg.to_body())))
     raw = seal(identity, network, msg.TYPE, msg.to_body())
     if len(raw) > msg.MAX_BYTES:
-        raise MessageError(f"{msg.TYPE} of {len(raw)} bytes exceeds {msg.MAX_BYTES}", "oversized")
+        raise MessageError(InputReason.OVERSIZED, f"{msg.TYPE} of {len(raw)} bytes exceeds {msg.MAX_BYTES}")
     return raw
 
 
@@ -399,7 +421,7 @@ def decode_message(
     )
     cls = MESSAGE_TYPES.get(env.type)
     if cls is None:
-        raise EnvelopeError("unknown_type", env.type)
+        raise EnvelopeError(InputReason.UNKNOWN_TYPE, env.type)
     if len(data) > cls.MAX_BYTES:
-        raise EnvelopeError("oversized", f"{env.type} of {len(data)} bytes exceeds {cls.MAX_BYTES}")
+        raise EnvelopeError(InputReason.OVERSIZED, f"{env.type} of {len(data)} bytes exceeds {cls.MAX_BYTES}")
     return env, cls.from_body(env.body)

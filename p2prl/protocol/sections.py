@@ -12,7 +12,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from p2prl.protocol.fields import MessageError, check_hex
+from p2prl.protocol.fields import bad_body, check_hex
 
 MAX_STR = 4096  # system prompts can be a paragraph; everything else is far shorter
 MAX_ITEMS = 64
@@ -26,31 +26,31 @@ def _check(name: str, tp: Any, v: Any) -> Any:
     origin = typing.get_origin(tp)
     if tp is str:
         if not isinstance(v, str) or len(v) > MAX_STR:
-            raise MessageError(f"{name} must be a string of at most {MAX_STR} chars")
+            raise bad_body(f"{name} must be a string of at most {MAX_STR} chars")
         return v
     if tp is bool:
         if not isinstance(v, bool):
-            raise MessageError(f"{name} must be a boolean")
+            raise bad_body(f"{name} must be a boolean")
         return v
     if tp is int:
         if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 2**62:
-            raise MessageError(f"{name} must be a non-negative integer")
+            raise bad_body(f"{name} must be a non-negative integer")
         return v
     if origin is tuple:
         (item,) = {a for a in typing.get_args(tp) if a is not Ellipsis}
         if not isinstance(v, list | tuple) or len(v) > MAX_ITEMS:
-            raise MessageError(f"{name} must be a list of at most {MAX_ITEMS} items")
+            raise bad_body(f"{name} must be a list of at most {MAX_ITEMS} items")
         return tuple(_check(name, item, x) for x in v)
     if origin is dict:
         if not isinstance(v, dict) or len(v) > MAX_ITEMS:
-            raise MessageError(f"{name} must be an object of at most {MAX_ITEMS} keys")
+            raise bad_body(f"{name} must be an object of at most {MAX_ITEMS} keys")
         for k, x in v.items():
             if (
                 not isinstance(k, str)
                 or not isinstance(x, str | int | bool)
                 or (isinstance(x, str) and len(x) > MAX_STR)
             ):
-                raise MessageError(f"{name} values must be strings, integers or booleans")
+                raise bad_body(f"{name} values must be strings, integers or booleans")
         return dict(v)
     raise TypeError(f"unsupported section field type {tp!r}")  # a declaration bug, not a peer's
 
@@ -58,23 +58,23 @@ def _check(name: str, tp: Any, v: Any) -> Any:
 def parse_section(cls: type[T], body: Any, what: str) -> T:
     """Build section ``cls`` from ``body`` with every field checked; missing or extra keys are errors."""
     if not isinstance(body, dict):
-        raise MessageError(f"{what} must be an object")
+        raise bad_body(f"{what} must be an object")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     extra = set(body) - set(names)
     if extra:
-        raise MessageError(f"{what} has unknown keys {sorted(extra)}")
+        raise bad_body(f"{what} has unknown keys {sorted(extra)}")
     kw = {}
     for n in names:
         if n not in body:
-            raise MessageError(f"{what}.{n} is missing")
+            raise bad_body(f"{what}.{n} is missing")
         kw[n] = _check(f"{what}.{n}", hints[n], body[n])
         if n in HEX_FIELDS and kw[n]:
             check_hex(kw[n], HEX_FIELDS[n], f"{what}.{n}")
     try:
         return cls(**kw)
     except ValueError as e:
-        raise MessageError(f"{what}: {e}") from e
+        raise bad_body(f"{what}: {e}") from e
 
 
 def section_body(sec: Any) -> dict[str, Any]:

@@ -108,7 +108,8 @@ def test_hard_failure_vetoes(arena: Arena) -> None:
     v1.check(item)
     (accepting,) = verdicts_at_trainer(arena, 1, miner)
     assert accepting.message.accepted == ann.groups
-    hard = tuple({**g, "accepted": False, "reason": "fingerprint"} for g in accepting.message.groups)
+    groups = accepting.message.groups
+    hard = tuple(dataclasses.replace(g, accepted=False, reason="fingerprint") for g in groups)
     veto = delivered(arena.ids["validator1"], dataclasses.replace(accepting.message, groups=hard))
     t.on_verdict(accepting)
     t.on_verdict(veto)

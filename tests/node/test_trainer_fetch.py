@@ -12,10 +12,11 @@ from p2prl.net.node import P2PNode
 from p2prl.net.store import BlobStore
 from p2prl.node.startup import build_context
 from p2prl.node.trainer import Trainer
-from p2prl.proof.validate import OK, BatchVerdict, GroupVerdict, to_verdict
+from p2prl.proof.validate import BatchVerdict, GroupVerdict, to_verdict
 from p2prl.protocol import encode_message
 from p2prl.protocol.blobs import blob_ref_for
 from p2prl.protocol.messages import RolloutAnnouncement
+from p2prl.reasons import VerdictReason
 
 
 def test_stalled_miner_does_not_hold_up_other_batches(make_net, tmp_path) -> None:
@@ -37,7 +38,7 @@ def test_stalled_miner_does_not_hold_up_other_batches(make_net, tmp_path) -> Non
         validator.store.put(blobs[1])
         validator.serve(refs[1])
         anns = [RolloutAnnouncement(0, "00" * 32, r, 2, "11" * 32) for r in refs]
-        accept = BatchVerdict([GroupVerdict(i, True, OK) for i in range(2)], [], False)
+        accept = BatchVerdict([GroupVerdict(i, True, VerdictReason.OK) for i in range(2)], [], False)
         first_b = None
         deadline = time.monotonic() + 40
         while not ctx.store.has(refs[1].id) and time.monotonic() < deadline:

@@ -20,9 +20,10 @@ from p2prl.net.topics import topic
 from p2prl.node.netinit import NetworkSpec, genesis_from_spec
 from p2prl.node.trainer_intake import RolloutIntake
 from p2prl.proof.batch import GroupRecord, RolloutBatch, RolloutRecord, commitment_root, encode_batch
-from p2prl.proof.validate import FINGERPRINT, OK, STALE, BatchVerdict, GroupVerdict, to_verdict
+from p2prl.proof.validate import BatchVerdict, GroupVerdict, to_verdict
 from p2prl.protocol.blobs import blob_ref_for
 from p2prl.protocol.messages import RolloutAnnouncement, encode_message
+from p2prl.reasons import VerdictReason as R
 from p2prl.rl.buffer import ReplayBuffer
 
 NET = "intake-net"
@@ -70,7 +71,7 @@ class World:
         return ann, hashlib.sha256(raw).hexdigest()
 
     def judge(self, host: LocalHost, signer: Identity, ann: RolloutAnnouncement, digest: str, *reasons: str) -> None:
-        bv = BatchVerdict([GroupVerdict(i, r == OK, r) for i, r in enumerate(reasons)], [], FINGERPRINT in reasons)
+        bv = BatchVerdict([GroupVerdict(i, r == R.OK, r) for i, r in enumerate(reasons)], [], R.FINGERPRINT in reasons)
         v = replace(to_verdict(bv, ann, MINER.public_key), announcement=digest)
         host.publish(topic(NET, "verdicts"), encode_message(signer, NET, v))
 
@@ -93,8 +94,8 @@ class World:
 def test_accepted_groups_reach_the_buffer_and_forged_verdicts_do_not(tmp_path: Path) -> None:
     w = World(tmp_path)
     ann, digest = w.announce(seed=1)
-    w.judge(w.forger, FORGER, ann, digest, OK, OK)  # a key that is no genesis validator accepts both
-    w.judge(w.validator, VALIDATOR, ann, digest, OK, STALE)  # the validator accepts group 0 only
+    w.judge(w.forger, FORGER, ann, digest, R.OK, R.OK)  # a key that is no genesis validator accepts both
+    w.judge(w.validator, VALIDATOR, ann, digest, R.OK, R.STALE)  # the validator accepts group 0 only
     w.pump()
     assert w.ctx.net.stats().get("dropped.unknown_signer") == 1  # the forger's verdict never arrived
     w.consume()
@@ -109,7 +110,7 @@ def test_accepted_groups_reach_the_buffer_and_forged_verdicts_do_not(tmp_path: P
 def test_a_hard_failure_vetoes_the_blob(tmp_path: Path) -> None:
     w = World(tmp_path)
     ann, digest = w.announce(seed=2)
-    w.judge(w.validator, VALIDATOR, ann, digest, OK, FINGERPRINT)
+    w.judge(w.validator, VALIDATOR, ann, digest, R.OK, R.FINGERPRINT)
     w.pump()
     assert w.intake.fetch_q.empty()
     w.consume(timeout=1.0)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from proofkit import MH, MINER, PARAMS, VERSION, World
 
 from p2prl.proof.calibrate import calibrate
-from p2prl.proof.validate import OK, RolloutValidator
+from p2prl.proof.validate import RolloutValidator
+from p2prl.reasons import VerdictReason
 
 
 def test_calibrated_config_accepts_honest_and_rejects_other_weights(world: World) -> None:
@@ -16,6 +17,7 @@ def test_calibrated_config_accepts_honest_and_rejects_other_weights(world: World
     assert cfg.logprob_tol_max >= 0.05 and drift["fp_rollout"] >= drift["fp_group"] >= 0.0
     v = RolloutValidator.for_model(world.model, world.tok, world.task, VERSION, MH, config=cfg)
     honest = world.mine(indices=(50, 51))
-    assert {g.reason for g in v.check(honest.announcement, MINER, honest.blob, VERSION).groups} == {OK}
+    verdict = v.check(honest.announcement, MINER, honest.blob, VERSION)
+    assert {g.reason for g in verdict.groups} == {VerdictReason.OK}
     forged = world.mine(model=world.other, indices=(52, 53))
     assert not v.check(forged.announcement, MINER, forged.blob, VERSION).valid_groups

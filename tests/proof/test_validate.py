@@ -18,6 +18,7 @@ from p2prl.proof.miner import announce
 from p2prl.proof.validate import fisher_log_pvalue, to_verdict
 from p2prl.protocol.blobs import blob_ref_for
 from p2prl.protocol.messages import Verdict
+from p2prl.reasons import VerdictReason as R
 from p2prl.rl.engine import Sample, teacher_forced
 from p2prl.rl.tasks import derive_seed
 
@@ -31,7 +32,7 @@ def test_honest_accepted_across_batch_sizes_and_threads(world: World) -> None:
     for i, bs in enumerate((1, 8, 32)):
         p = world.mine(indices=(2 * i, 2 * i + 1), batch=bs, seed=i)
         verdict = v.check(p.announcement, MINER, p.blob, VERSION)
-        assert _reasons(verdict) == {V.OK}, verdict.reasons()
+        assert _reasons(verdict) == {R.OK}, verdict.reasons()
         assert verdict.accepted_rollouts == p.batch.n_rollouts and not verdict.hard_failure
         assert verdict.unique_rollouts >= 1
     threads = torch.get_num_threads()
@@ -41,7 +42,7 @@ def test_honest_accepted_across_batch_sizes_and_threads(world: World) -> None:
     finally:
         torch.set_num_threads(threads)
     verdict = v.check(p.announcement, MINER, p.blob, VERSION + 2)  # staleness 2 is within the bound
-    assert _reasons(verdict) == {V.OK}
+    assert _reasons(verdict) == {R.OK}
     g = verdict.valid_groups[0]
     assert g.version == VERSION and g.miner == MINER.hex() and g.problem is not None
     assert g.rollouts[0].completion_ids == p.batch.groups[0].rollouts[0].completion_ids.tolist()
@@ -51,7 +52,7 @@ def test_other_weights_rejected_by_fingerprint(world: World) -> None:
     p = world.mine(model=world.other, indices=(20, 21))
     verdict = world.validator().check(p.announcement, MINER, p.blob, VERSION)
     # the first lie found stops the model work: the later groups are not checked
-    assert [g.reason for g in verdict.groups] == [V.FINGERPRINT, V.NOT_CHECKED]
+    assert [g.reason for g in verdict.groups] == [R.FINGERPRINT, R.NOT_CHECKED]
     assert verdict.hard_failure and not verdict.valid_groups
 
 
@@ -61,7 +62,7 @@ def test_tampered_reward_rejected(world: World) -> None:
     b.groups[1].rollouts[2].reward = 1.0 - b.groups[1].rollouts[2].reward
     q = announce(b)
     verdict = world.validator().check(q.announcement, MINER, q.blob, VERSION)
-    assert [g.reason for g in verdict.groups] == [V.NOT_CHECKED, V.REWARD]
+    assert [g.reason for g in verdict.groups] == [R.NOT_CHECKED, R.REWARD]
 
 
 def test_tampered_logprobs_rejected(world: World) -> None:
@@ -70,7 +71,7 @@ def test_tampered_logprobs_rejected(world: World) -> None:
     b.groups[0].rollouts[0].logprobs = b.groups[0].rollouts[0].logprobs - 0.5
     q = announce(b)
     verdict = world.validator().check(q.announcement, MINER, q.blob, VERSION)
-    assert verdict.groups[0].reason == V.LOGPROB
+    assert verdict.groups[0].reason == R.LOGPROB
 
 
 def test_unlikely_tokens_proved_with_right_model_rejected(world: World) -> None:
@@ -93,8 +94,8 @@ def test_unlikely_tokens_proved_with_right_model_rejected(world: World) -> None:
         groups.append((g.index, prompt, samples, rewards))
     q = announce(build_batch(VERSION, MH, MINER, groups))
     verdict = world.validator().check(q.announcement, MINER, q.blob, VERSION)
-    assert _reasons(verdict) <= {V.DISTRIBUTION_BATCH, V.NOT_CHECKED}
-    assert V.DISTRIBUTION_BATCH in _reasons(verdict) and verdict.hard_failure
+    assert _reasons(verdict) <= {R.DISTRIBUTION_BATCH, R.NOT_CHECKED}
+    assert R.DISTRIBUTION_BATCH in _reasons(verdict) and verdict.hard_failure
 
 
 def test_one_unlucky_rollout_drops_its_group_without_penalty(world: World) -> None:
@@ -124,9 +125,9 @@ def test_one_unlucky_rollout_drops_its_group_without_penalty(world: World) -> No
         groups.append((x.index, pids, samples, rewards))
     q = announce(build_batch(VERSION, MH, MINER, groups))
     verdict = world.validator().check(q.announcement, MINER, q.blob, VERSION)
-    assert verdict.groups[0].reason == V.DISTRIBUTION
+    assert verdict.groups[0].reason == R.DISTRIBUTION
     assert not verdict.hard_failure
-    assert {gv.reason for gv in verdict.groups[1:]} == {V.OK}
+    assert {gv.reason for gv in verdict.groups[1:]} == {R.OK}
 
 
 def test_prompt_not_derived_from_miner_key_rejected(world: World) -> None:
@@ -135,20 +136,20 @@ def test_prompt_not_derived_from_miner_key_rejected(world: World) -> None:
     b.groups[0].index = 1000  # claims another index: its derived prompt differs
     q = announce(b)
     verdict = world.validator().check(q.announcement, MINER, q.blob, VERSION)
-    assert verdict.groups[0].reason == V.PROMPT_MISMATCH
+    assert verdict.groups[0].reason == R.PROMPT_MISMATCH
 
 
 def test_batch_resigned_under_another_key_rejected(world: World) -> None:
     p = world.mine(indices=(30, 31))
     v = world.validator()
-    assert _reasons(v.check(p.announcement, MINER, p.blob, VERSION)) == {V.OK}
+    assert _reasons(v.check(p.announcement, MINER, p.blob, VERSION)) == {R.OK}
     # the same blob announced by another miner: the header names the first miner
-    assert _reasons(v.check(p.announcement, OTHER_MINER, p.blob, VERSION)) == {V.HEADER_MISMATCH}
+    assert _reasons(v.check(p.announcement, OTHER_MINER, p.blob, VERSION)) == {R.HEADER_MISMATCH}
     # re-encoded under the other key: the prompts were derived from the first miner's key
     b = copy.deepcopy(p.batch)
     b.miner = OTHER_MINER
     q = announce(b)
-    assert V.PROMPT_MISMATCH in _reasons(v.check(q.announcement, OTHER_MINER, q.blob, VERSION))
+    assert R.PROMPT_MISMATCH in _reasons(v.check(q.announcement, OTHER_MINER, q.blob, VERSION))
 
 
 def _retarget(world: World, index: int, key: bytes) -> int:
@@ -167,7 +168,7 @@ def _copy_accepted_batch(
     key) whose derived problems are the same: returns MINER's batch, the validator, the copy's verdict."""
     p = world.mine(indices=indices)
     v = world.validator()
-    assert _reasons(v.check(p.announcement, MINER, p.blob, VERSION)) == {V.OK}
+    assert _reasons(v.check(p.announcement, MINER, p.blob, VERSION)) == {R.OK}
     b = copy.deepcopy(p.batch)
     b.miner = OTHER_MINER
     for g in b.groups:
@@ -178,36 +179,36 @@ def _copy_accepted_batch(
 
 def test_copied_rollouts_detected_by_seen_index(world: World) -> None:
     p, v, verdict = _copy_accepted_batch(world, (32, 33))
-    assert V.COPIED in _reasons(verdict) and verdict.hard_failure
+    assert R.COPIED in _reasons(verdict) and verdict.hard_failure
     # and the same miner resubmitting its own prompt slots
     r = announce(copy.deepcopy(p.batch))
-    assert _reasons(v.check(r.announcement, MINER, r.blob + b"", VERSION)) == {V.DUPLICATE_INDEX}
+    assert _reasons(v.check(r.announcement, MINER, r.blob + b"", VERSION)) == {R.DUPLICATE_INDEX}
 
 
 def test_version_checks(world: World) -> None:
     p = world.mine(indices=(34, 35))
     v = world.validator()
-    assert _reasons(v.check(p.announcement, MINER, p.blob, VERSION + 3)) == {V.STALE}
-    assert _reasons(v.check(p.announcement, MINER, p.blob, VERSION - 1)) == {V.FUTURE_VERSION}
+    assert _reasons(v.check(p.announcement, MINER, p.blob, VERSION + 3)) == {R.STALE}
+    assert _reasons(v.check(p.announcement, MINER, p.blob, VERSION - 1)) == {R.FUTURE_VERSION}
     other_version = dataclasses.replace(p.announcement, version=VERSION - 1)
-    assert _reasons(v.check(other_version, MINER, p.blob, VERSION)) == {V.UNKNOWN_VERSION}
+    assert _reasons(v.check(other_version, MINER, p.blob, VERSION)) == {R.UNKNOWN_VERSION}
     wrong_hash = dataclasses.replace(p.announcement, manifest_hash="cd" * 32)
     verdict = v.check(wrong_hash, MINER, p.blob, VERSION)
-    assert _reasons(verdict) == {V.MANIFEST_MISMATCH} and not verdict.hard_failure
+    assert _reasons(verdict) == {R.MANIFEST_MISMATCH} and not verdict.hard_failure
 
 
 def test_blob_and_header_checks(world: World) -> None:
     p = world.mine(indices=(36, 37))
     v = world.validator()
-    assert _reasons(v.check(p.announcement, MINER, p.blob[:-1] + b"\x00", VERSION)) == {V.BLOB_MISMATCH}
+    assert _reasons(v.check(p.announcement, MINER, p.blob[:-1] + b"\x00", VERSION)) == {R.BLOB_MISMATCH}
     bad_root = dataclasses.replace(p.announcement, commitment_root="00" * 32)
-    assert _reasons(v.check(bad_root, MINER, p.blob, VERSION)) == {V.COMMITMENT_MISMATCH}
+    assert _reasons(v.check(bad_root, MINER, p.blob, VERSION)) == {R.COMMITMENT_MISMATCH}
     bad_count = dataclasses.replace(p.announcement, groups=3)
-    assert _reasons(v.check(bad_count, MINER, p.blob, VERSION)) == {V.GROUP_COUNT}
+    assert _reasons(v.check(bad_count, MINER, p.blob, VERSION)) == {R.GROUP_COUNT}
     junk = b"P2RB\x01not zstd"
     junk_ann = dataclasses.replace(p.announcement, blob=blob_ref_for(junk))
     verdict = v.check(junk_ann, MINER, junk, VERSION)
-    assert _reasons(verdict) == {V.BATCH_MALFORMED} and verdict.hard_failure
+    assert _reasons(verdict) == {R.BATCH_MALFORMED} and verdict.hard_failure
 
 
 def test_size_checks(world: World) -> None:
@@ -215,18 +216,18 @@ def test_size_checks(world: World) -> None:
     b = copy.deepcopy(p.batch)
     b.groups[1].index = b.groups[0].index
     q = announce(b)
-    assert V.DUPLICATE_INDEX in _reasons(world.validator().check(q.announcement, MINER, q.blob, VERSION))
+    assert R.DUPLICATE_INDEX in _reasons(world.validator().check(q.announcement, MINER, q.blob, VERSION))
     b = copy.deepcopy(p.batch)
     b.groups[0].rollouts.pop()
     q = announce(b)
-    assert world.validator().check(q.announcement, MINER, q.blob, VERSION).groups[0].reason == V.GROUP_SIZE
+    assert world.validator().check(q.announcement, MINER, q.blob, VERSION).groups[0].reason == R.GROUP_SIZE
     b = copy.deepcopy(p.batch)
     r = b.groups[0].rollouts[0]
     r.completion_ids = np.array([5, world.tok.eos_id, 5], dtype=np.uint32)  # text after eos
     r.logprobs = np.zeros(3, dtype=np.float32)
     r.sketches = np.zeros((3, b.sketch_dim), dtype=np.uint8)
     q = announce(b)
-    assert world.validator().check(q.announcement, MINER, q.blob, VERSION).groups[0].reason == V.LENGTH
+    assert world.validator().check(q.announcement, MINER, q.blob, VERSION).groups[0].reason == R.LENGTH
 
 
 def test_verdict_message_round_trips(world: World) -> None:
@@ -260,7 +261,7 @@ def test_sampling_recomputes_only_the_picked_rollouts(world: World) -> None:
     secret = b"s" * 32
     v = w.validator(position_secret=secret)
     honest = v.check(p.announcement, MINER, p.blob, VERSION)
-    assert _reasons(honest) == {V.OK} and honest.stats["rollouts_recomputed"] == 3
+    assert _reasons(honest) == {R.OK} and honest.stats.rollouts_recomputed == 3
     picked = [v._sampled(p.announcement.blob.id, gi, GROUP) for gi in range(3)]
     assert all(len(s) == 1 for s in picked)
 
@@ -274,7 +275,7 @@ def test_sampling_recomputes_only_the_picked_rollouts(world: World) -> None:
         v = w.validator(position_secret=secret)
         caught = 0 in v._sampled(q.announcement.blob.id, 0, GROUP)
         verdict = v.check(q.announcement, MINER, q.blob, VERSION)
-        assert (verdict.groups[0].reason == V.LOGPROB) == caught
+        assert (verdict.groups[0].reason == R.LOGPROB) == caught
         assert verdict.hard_failure == caught
         outcomes.append(caught)
     assert 0 < sum(outcomes) < len(outcomes)  # picked about a quarter of the time
@@ -285,7 +286,7 @@ def test_sampling_recomputes_only_the_picked_rollouts(world: World) -> None:
             r.logprobs = r.logprobs - 0.5
     q = announce(b)
     verdict = w.validator(position_secret=secret).check(q.announcement, MINER, q.blob, VERSION)
-    assert _reasons(verdict) - {V.NOT_CHECKED} == {V.LOGPROB} and verdict.hard_failure
+    assert _reasons(verdict) - {R.NOT_CHECKED} == {R.LOGPROB} and verdict.hard_failure
 
 
 def test_sampled_picks_follow_the_validators_secret(world: World) -> None:
@@ -303,11 +304,11 @@ def test_sampling_still_rejects_whole_forgeries_and_copies(world: World) -> None
     w = _sampled_world(world, 1)
     p = w.mine(model=world.other, indices=(53, 54))
     verdict = w.validator().check(p.announcement, MINER, p.blob, VERSION)
-    assert _reasons(verdict) - {V.NOT_CHECKED} == {V.FINGERPRINT} and verdict.hard_failure
+    assert _reasons(verdict) - {R.NOT_CHECKED} == {R.FINGERPRINT} and verdict.hard_failure
     # a repeat is recomputed whether or not it was picked, so a copy is still told from a likely draw
     _, _, verdict = _copy_accepted_batch(w, (55, 56))
-    assert V.COPIED in _reasons(verdict) and verdict.hard_failure
-    assert verdict.stats["rollouts_picked"] == 2 * GROUP  # every rollout repeats a seen one
+    assert R.COPIED in _reasons(verdict) and verdict.hard_failure
+    assert verdict.stats.rollouts_picked == 2 * GROUP  # every rollout repeats a seen one
 
 
 def _sized(world: World, **kw: Any) -> World:
@@ -341,7 +342,7 @@ def test_oversized_batch_costs_no_forward_pass(world: World) -> None:
     p = world.mine(indices=tuple(range(16)))
     with _Forwards(world.model) as f:
         verdict = w.validator().check(p.announcement, MINER, p.blob, VERSION)
-    assert _reasons(verdict) == {V.GROUP_COUNT} and verdict.hard_failure
+    assert _reasons(verdict) == {R.GROUP_COUNT} and verdict.hard_failure
     assert f.calls == 0
     b = copy.deepcopy(p.batch)  # the right group count, but a group of 3 * GROUP rollouts
     b.groups = b.groups[:2]
@@ -361,7 +362,7 @@ def test_validation_stops_at_the_first_hard_failure(world: World) -> None:
     q = announce(b)
     with _Forwards(world.model) as f:
         verdict = w.validator().check(q.announcement, MINER, q.blob, VERSION)
-    assert verdict.groups[0].reason == V.REWARD and f.calls == 0
+    assert verdict.groups[0].reason == R.REWARD and f.calls == 0
     b = copy.deepcopy(p.batch)
     for g in b.groups:
         for r in g.rollouts:
@@ -369,7 +370,7 @@ def test_validation_stops_at_the_first_hard_failure(world: World) -> None:
     q = announce(b)
     with _Forwards(world.model) as f:
         verdict = w.validator().check(q.announcement, MINER, q.blob, VERSION)
-    assert verdict.groups[0].reason == V.LOGPROB and verdict.hard_failure
+    assert verdict.groups[0].reason == R.LOGPROB and verdict.hard_failure
     assert f.calls == 1, f.calls  # not 2 * GROUP
 
 
@@ -384,22 +385,38 @@ def test_cherry_picked_prompt_indices_rejected(world: World) -> None:
     v = w.validator(started_at=VERSION - 1)  # running since before VERSION began
     with _Forwards(world.model) as f:
         verdict = v.check(p.announcement, MINER, p.blob, VERSION)
-    assert _reasons(verdict) == {V.INDEX_GAP} and not verdict.valid_groups and f.calls == 0
+    assert _reasons(verdict) == {R.INDEX_GAP} and not verdict.valid_groups and f.calls == 0
     assert not verdict.hard_failure  # a lost batch can make an honest miner skip: dropped, no penalty
     first = world.mine(indices=(0, 1))
-    assert _reasons(v.check(first.announcement, MINER, first.blob, VERSION)) == {V.OK}
+    assert _reasons(v.check(first.announcement, MINER, first.blob, VERSION)) == {R.OK}
     skip = world.mine(indices=(4, 5))  # skipping the batch at 2, 3
-    assert _reasons(v.check(skip.announcement, MINER, skip.blob, VERSION)) == {V.INDEX_GAP}
+    assert _reasons(v.check(skip.announcement, MINER, skip.blob, VERSION)) == {R.INDEX_GAP}
     gap = world.mine(indices=(2, 4))  # not contiguous inside the batch: an honest miner never does it
     verdict = v.check(gap.announcement, MINER, gap.blob, VERSION)
-    assert _reasons(verdict) == {V.INDEX_ORDER} and verdict.hard_failure
+    assert _reasons(verdict) == {R.INDEX_ORDER} and verdict.hard_failure
     nxt = world.mine(indices=(2, 3))
-    assert _reasons(v.check(nxt.announcement, MINER, nxt.blob, VERSION)) == {V.OK}
+    assert _reasons(v.check(nxt.announcement, MINER, nxt.blob, VERSION)) == {R.OK}
     # a validator started during VERSION takes a miner's batches of it from the first one it sees
     late = w.validator()
-    assert _reasons(late.check(skip.announcement, MINER, skip.blob, VERSION)) == {V.OK}
+    assert _reasons(late.check(skip.announcement, MINER, skip.blob, VERSION)) == {R.OK}
     # every sample of a group: a group missing one of its GROUP samples (best-of-fewer) is rejected
     b = copy.deepcopy(world.mine(indices=(4, 5)).batch)
     b.groups[1].rollouts.pop()
     q = announce(b)
-    assert V.GROUP_SIZE in _reasons(v.check(q.announcement, MINER, q.blob, VERSION))
+    assert R.GROUP_SIZE in _reasons(v.check(q.announcement, MINER, q.blob, VERSION))
+
+
+def test_check_stats_keep_the_keys_calibration_and_the_benchmark_read() -> None:
+    stats = V.CheckStats()
+    stats.add_rollout({"fp_rollout": 0.02, "lp_max": 0.1, "dist_logp": -3.0})
+    stats.add_rollout({"fp_rollout": 0.01, "lp_max": 0.3, "dist_logp": -1.0})
+    assert stats.to_dict() == {
+        "fingerprint_err_max": 0.02,
+        "fingerprint_err_group_max": 0.0,
+        "fingerprint_err_group_min": 0.0,
+        "logprob_err_max": 0.3,
+        "distribution_logp_min": -3.0,
+        "distribution_batch_logp": 0.0,
+        "rollouts_picked": 0.0,
+        "rollouts_recomputed": 2.0,
+    }

@@ -7,6 +7,7 @@ from p2prl.crypto.keys import Identity
 from p2prl.protocol import (
     BlobRef,
     Genesis,
+    GroupVerdict,
     Heartbeat,
     MessageError,
     PatchManifest,
@@ -47,7 +48,7 @@ def samples():
         PatchManifest(3, 2, H, H, "delta", "p2pz1", ref(), 0),
         PatchManifest(10, 10, "", H, "anchor", "safetensors", ref(), 10),
         RolloutAnnouncement(3, H, ref(), 4, H),
-        Verdict(H, TRAINER.public_hex, 3, ({"index": 0, "accepted": True, "reason": "ok"},), announcement=H),
+        Verdict(H, TRAINER.public_hex, 3, (GroupVerdict(0, True, "ok"),), announcement=H),
         Scores(3, 8, {TRAINER.public_hex: 5}),
         Heartbeat("miner", 3, "12D3KooW", ("/ip4/127.0.0.1/tcp/1",), (H,), {"rollouts": 2}),
     ]
@@ -167,6 +168,45 @@ def test_unknown_type_and_oversized():
     bad["scores"] = {"short": 1}
     with pytest.raises(MessageError):
         decode_message(seal(TRAINER, "n1", "scores", bad), "n1")
+
+
+def test_verdict_groups_are_records_with_the_old_wire_bytes():
+    """A verdict's groups were plain objects on the wire; the typed record signs the same bytes."""
+    groups = (GroupVerdict(0, True, "ok"), GroupVerdict(7, False, "reward"))
+    v = Verdict(H, TRAINER.public_hex, 3, groups, H, 5)
+    old = {
+        "blob_id": H,
+        "miner": TRAINER.public_hex,
+        "version": 3,
+        "groups": [
+            {"accepted": True, "index": 0, "reason": "ok"},
+            {"accepted": False, "index": 7, "reason": "reward"},
+        ],
+        "announcement": H,
+        "created_ms": 5,
+    }
+    assert seal(TRAINER, "n1", "verdict", v.to_body()) == seal(TRAINER, "n1", "verdict", old)
+    assert Verdict.from_body(old) == v and v.accepted == 1
+
+
+@pytest.mark.parametrize(
+    "group",
+    [
+        "ok",
+        {"index": 4096, "accepted": True, "reason": "ok"},
+        {"index": -1, "accepted": True, "reason": "ok"},
+        {"index": 0, "accepted": 1, "reason": "ok"},
+        {"index": 0, "accepted": False, "reason": "r" * 65},
+        {"index": 0, "accepted": False},
+    ],
+)
+def test_group_verdicts_are_parsed_within_bounds(group):
+    body = Verdict(H, TRAINER.public_hex, 3, (), H, 5).to_body()
+    with pytest.raises(MessageError) as e:
+        decode_message(seal(TRAINER, "n1", "verdict", dict(body, groups=[group])), "n1")
+    assert e.value.reason == "bad_body"
+    with pytest.raises(MessageError):
+        Verdict.from_body(dict(body, groups=[{"index": 0, "accepted": True, "reason": "ok"}] * 4097))
 
 
 def test_genesis_refuses_what_the_spec_calls_wrong():

@@ -1,0 +1,360 @@
+"""Applying a patch as its bytes arrive, into a staging copy, verified by the result's weights hash.
+
+``PatchApplier`` parses, checks and applies each segment while the rest is still on its way, copies
+and hashes the untouched ranges in canonical order beside it (so the result hash costs no second
+pass), and hands the new state out only once that hash matches the one the patch promises.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+
+import blake3
+import numpy as np
+
+from p2prl.patch import intcode
+from p2prl.patch.dtypes import BY_NAME, TensorLike, dtype_of, empty_like, shape_of, uint_view
+from p2prl.patch.errors import PatchError, PatchReason
+from p2prl.patch.format import (
+    END,
+    INDEX_LEB128,
+    KIND_END,
+    KIND_SPARSE,
+    PREAMBLE,
+    RECORD_BYTES,
+    VALUE_DELTA,
+    Header,
+    SegmentHead,
+    parse_end,
+    parse_header,
+    parse_preamble,
+    parse_segment,
+    zstd_unpack,
+)
+from p2prl.patch.hashing import DOMAIN, _entry_prefix, weights_hash
+
+__all__ = ["PatchApplier", "apply_patch", "check_base"]
+
+
+FINALISE_CHUNK = 1 << 20  # elements copied then hashed at a time (still in cache for the hash)
+
+
+def check_base(header: Header, base: Mapping[str, TensorLike]) -> None:
+    """The base must hold exactly the tensors the patch was made against (names, dtypes, shapes)."""
+    names = {s.name for s in header.tensors}
+    if set(base) != names:
+        missing = sorted(names - set(base))[:1] or sorted(set(base) - names)[:1]
+        raise PatchError(
+            PatchReason.WRONG_BASE,
+            f"base does not match the patch: tensor sets differ (e.g. {missing[0]!r})",
+        )
+    for s in header.tensors:
+        t = base[s.name]
+        if dtype_of(t).name != s.dtype or shape_of(t) != s.shape:
+            raise PatchError(
+                PatchReason.WRONG_BASE,
+                f"base does not match the patch: {s.name} is {dtype_of(t).name}{list(t.shape)}",
+            )
+
+
+class PatchApplier:
+    """Applies a patch as its bytes arrive, into a staging copy; ``base`` is never modified.
+
+    ``feed`` consumes bytes in any split; ``finish`` returns the new state only when the whole
+    patch arrived and the result's weights hash equals the one the patch declares. After any
+    error the applier is dead and its staging copy dropped. Tensors the patch does not touch are
+    shared with ``base`` (treat both as immutable). Pass ``base_hash`` only when the caller has
+    itself verified that ``base`` hashes to it (e.g. it is the result of the previous apply).
+
+    ``staging`` (optional) is a state dict of the same names, dtypes and shapes whose contents
+    may be overwritten (a node's spare buffer): the result is then built entirely in it, so a
+    node can double-buffer and never pay for fresh allocations. It must not share memory with
+    ``base``; on failure its contents are undefined.
+    """
+
+    def __init__(
+        self,
+        base: Mapping[str, TensorLike],
+        *,
+        base_hash: str | None = None,
+        staging: Mapping[str, TensorLike] | None = None,
+    ) -> None:
+        self._base = base
+        self._spare = staging
+        self._known_base_hash = base_hash
+        self._buf = bytearray()
+        self._header: Header | None = None
+        self._hlen: int | None = None
+        self._seg: SegmentHead | None = None
+        self._prev_end = (0, 0)
+        self._segments = 0
+        self._result_hash: str | None = None
+        self._staging: dict[int, TensorLike] = {}
+        self._views: dict[int, np.ndarray] = {}
+        # the result is finalised (copied, patched and hashed) in canonical order up to here
+        self._cursor = (0, 0)
+        self._entered = -1  # the last tensor whose hash prefix is in self._result
+        self._result = blake3.blake3(max_threads=blake3.blake3.AUTO)
+        self._error: PatchError | None = None  # once set, every later call fails with it
+        self._digest = blake3.blake3()
+        self.received = 0
+
+    @property
+    def header(self) -> Header | None:
+        return self._header
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        if self._error is not None:
+            raise self._failed()
+        try:
+            if self._result_hash is not None and len(data):
+                raise PatchError(PatchReason.MALFORMED, "trailing bytes after the end of the patch")
+            self._buf += data
+            self.received += len(data)
+            self._advance()
+        except PatchError as e:
+            self._fail(e)
+            raise
+        except (ValueError, IndexError, KeyError, OverflowError, MemoryError, TypeError, struct.error) as e:
+            raise self._fail(PatchError(PatchReason.MALFORMED, f"malformed patch: {e}")) from None
+
+    def _fail(self, error: PatchError) -> PatchError:
+        """The applier is dead from here on: drop its staging copy and remember why."""
+        self._error = error
+        self._staging.clear()
+        self._views.clear()
+        self._buf = bytearray()
+        return error
+
+    def _failed(self) -> PatchError:
+        """A fresh copy of the error that killed the applier (one exception object per raise)."""
+        assert self._error is not None
+        return PatchError(self._error.reason, self._error.detail)
+
+    def _advance(self) -> None:
+        buf = self._buf
+        pos = 0
+        while self._result_hash is None:
+            avail = len(buf) - pos
+            if self._header is None:
+                if self._hlen is None:
+                    if avail < PREAMBLE.size:
+                        break
+                    self._hlen = parse_preamble(memoryview(buf)[pos : pos + PREAMBLE.size])
+                    pos += PREAMBLE.size
+                    continue
+                if avail < self._hlen:
+                    break
+                header = parse_header(bytes(buf[pos : pos + self._hlen]))
+                pos += self._hlen
+                self._accept_header(header)
+                continue
+            if self._seg is None:
+                if avail < 1:
+                    break
+                if buf[pos] == KIND_END:
+                    if avail < END.size:
+                        break
+                    self._hash_consumed(buf, pos)  # drops buf[:pos]: the end record is now at 0
+                    n, result_hash, digest = parse_end(bytes(buf[: END.size]))
+                    pos = END.size
+                    if n != self._segments:
+                        raise PatchError(
+                            PatchReason.MALFORMED,
+                            f"end record counts {n} segments, {self._segments} arrived",
+                        )
+                    if digest != self._digest.digest():
+                        raise PatchError(
+                            PatchReason.HASH_MISMATCH,
+                            "patch digest mismatch: the patch is corrupted",
+                        )
+                    self._result_hash = result_hash
+                    break
+                if avail < RECORD_BYTES:
+                    break
+                rec = bytes(buf[pos : pos + RECORD_BYTES])
+                pos += RECORD_BYTES
+                self._seg = parse_segment(rec, self._header, self._prev_end)
+                continue
+            seg = self._seg
+            if avail < seg.payload_len:
+                break
+            mv = memoryview(buf)
+            try:
+                self._apply_segment(
+                    seg, mv[pos : pos + seg.index_len], mv[pos + seg.index_len : pos + seg.payload_len]
+                )
+            finally:
+                mv.release()
+            pos += seg.payload_len
+            self._prev_end = (seg.tensor, seg.start + seg.span)
+            self._segments += 1
+            self._seg = None
+        if self._result_hash is None:
+            self._hash_consumed(buf, pos)
+        else:
+            del buf[:pos]
+            if buf:
+                raise PatchError(PatchReason.MALFORMED, "trailing bytes after the end of the patch")
+
+    def _hash_consumed(self, buf: bytearray, pos: int) -> None:
+        """Feed the consumed prefix ``buf[:pos]`` to the patch digest and drop it."""
+        mv = memoryview(buf)
+        part = mv[:pos]
+        self._digest.update(part)
+        part.release()
+        mv.release()
+        del buf[:pos]
+
+    def _accept_header(self, header: Header) -> None:
+        check_base(header, self._base)
+        if self._spare is not None:
+            check_base(header, self._spare)
+        have = self._known_base_hash
+        if have is None:
+            have = weights_hash(self._base)
+        if have != header.base_hash:
+            raise PatchError(
+                PatchReason.WRONG_BASE,
+                f"wrong base: weights hash {have[:16]}…, the patch needs {header.base_hash[:16]}…",
+            )
+        self._header = header
+        self._result.update(DOMAIN + struct.pack("<I", len(header.tensors)))
+
+    def _view(self, ti: int) -> np.ndarray:
+        v = self._views.get(ti)
+        if v is None:
+            assert self._header is not None
+            name = self._header.tensors[ti].name
+            src = self._base[name]
+            staged = self._spare[name] if self._spare is not None else empty_like(src)
+            self._staging[ti] = staged
+            v = self._views[ti] = uint_view(staged)
+        return v
+
+    def _advance_to(self, ti: int, start: int) -> None:
+        """Finalise the result up to element ``start`` of tensor ``ti``: copy what no segment
+        touches and hash it while it is still in cache. Tensors never touched (when there is no
+        ``staging``) are shared with the base and hashed from it."""
+        assert self._header is not None
+        cur_t, cur_off = self._cursor
+        n = len(self._header.tensors)
+        while cur_t < n and (cur_t, cur_off) < (ti, start):
+            spec = self._header.tensors[cur_t]
+            numel = spec.numel
+            self._enter(cur_t)
+            end = numel if cur_t < ti else start
+            if end > cur_off:
+                src = uint_view(self._base[spec.name])
+                if cur_t == ti or cur_t in self._views or self._spare is not None:
+                    dst = self._view(cur_t)
+                    for a in range(cur_off, end, FINALISE_CHUNK):
+                        b = min(end, a + FINALISE_CHUNK)
+                        np.copyto(dst[a:b], src[a:b])
+                        self._result.update(memoryview(dst[a:b]).cast("B"))
+                else:
+                    self._result.update(memoryview(src[cur_off:end]).cast("B"))
+            if cur_t < ti:
+                cur_t, cur_off = cur_t + 1, 0
+            else:
+                cur_off = end
+        self._cursor = (cur_t, cur_off)
+
+    def _enter(self, ti: int) -> None:
+        """Hash tensor ``ti``'s name, dtype, shape and size once, before its first byte."""
+        assert self._header is not None
+        if self._entered < ti:
+            spec = self._header.tensors[ti]
+            nbytes = spec.numel * BY_NAME[spec.dtype].itemsize
+            self._result.update(_entry_prefix(spec.name, spec.dtype, spec.shape, nbytes))
+            self._entered = ti
+
+    def _apply_segment(self, seg: SegmentHead, iframe: memoryview, vframe: memoryview) -> None:
+        assert self._header is not None
+        self._advance_to(seg.tensor, seg.start)
+        self._enter(seg.tensor)
+        end = seg.start + seg.span
+        target = self._view(seg.tensor)[seg.start : end]
+        np.copyto(target, uint_view(self._base[self._header.tensors[seg.tensor].name])[seg.start : end])
+        self._decode_into(seg, iframe, vframe, target)
+        self._result.update(memoryview(target).cast("B"))
+        self._cursor = (seg.tensor, end)
+
+    def _decode_into(
+        self, seg: SegmentHead, iframe: memoryview, vframe: memoryview, target: np.ndarray
+    ) -> None:
+        assert self._header is not None
+        d = BY_NAME[self._header.tensors[seg.tensor].dtype]
+        n_vals = seg.count if seg.kind == KIND_SPARSE else seg.span
+        vals = intcode.unshuffle(zstd_unpack(vframe, seg.value_raw), d.uint, n_vals)
+        if seg.kind == KIND_SPARSE:
+            iraw = zstd_unpack(iframe, seg.index_raw)
+            if seg.index_coding == INDEX_LEB128:
+                gaps = intcode.leb128_decode(iraw, seg.count)
+            else:
+                gaps = intcode.u16esc_decode(iraw, seg.count)
+            pos = intcode.gaps_to_positions(gaps, seg.span)
+            old = target[pos]
+            new = intcode.unzigzag_add(old, vals) if seg.value_coding == VALUE_DELTA else vals
+            if np.any(new == old):
+                raise PatchError(PatchReason.MALFORMED, "segment lists an element that does not change")
+            target[pos] = new
+            return
+        if seg.value_coding == VALUE_DELTA:
+            changed = int(np.count_nonzero(vals))
+            new = intcode.unzigzag_add(target, vals)
+        else:
+            new = vals
+            changed = int(np.count_nonzero(new != target))
+        if changed != seg.count:
+            raise PatchError(
+                PatchReason.MALFORMED,
+                f"dense segment changes {changed} elements, declares {seg.count}",
+            )
+        target[...] = new
+
+    def finish(self) -> dict[str, TensorLike]:
+        """The patched state, only if the patch is complete and the result hash matches."""
+        if self._error is not None:
+            raise self._failed()
+        if self._header is None or self._result_hash is None:
+            truncated = PatchError(PatchReason.MALFORMED, "truncated patch: the end record never arrived")
+            raise self._fail(truncated)
+        try:
+            self._advance_to(len(self._header.tensors), 0)
+        except PatchError as e:
+            self._fail(e)
+            raise
+        out: dict[str, TensorLike] = {}
+        for ti, spec in enumerate(self._header.tensors):
+            out[spec.name] = self._staging[ti] if ti in self._staging else self._base[spec.name]
+        got = self._result.hexdigest()
+        if got != self._result_hash:
+            raise self._fail(
+                PatchError(
+                    PatchReason.HASH_MISMATCH,
+                    f"result hash mismatch: got {got[:16]}…, the patch promises {self._result_hash[:16]}…",
+                )
+            )
+        self._staging = {}
+        self._views = {}
+        return out
+
+    @property
+    def result_hash(self) -> str | None:
+        return self._result_hash
+
+
+def apply_patch(
+    base: Mapping[str, TensorLike],
+    patch: bytes | bytearray | memoryview,
+    *,
+    base_hash: str | None = None,
+    staging: Mapping[str, TensorLike] | None = None,
+) -> dict[str, TensorLike]:
+    """Apply a whole patch: verifies the base hash first and the result hash last; never mutates
+    ``base``. ``base_hash`` and ``staging`` are as for PatchApplier."""
+    applier = PatchApplier(base, base_hash=base_hash, staging=staging)
+    applier.feed(patch)
+    return applier.finish()
