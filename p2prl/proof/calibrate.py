@@ -45,8 +45,12 @@ def calibrate(
     calibration's rollouts still round an element differently now and then (one step moves the state's
     direction by up to 2⁻⁸), and a floor below that rejected an honest batch on the default model.
     ``lp_floor`` likewise: when calibration sees zero drift (every node on one engine, as in the demo)
-    the logprob bounds sit at their floors, and a floor of 0.01 (0.05 for the per-token maximum)
-    rejected an honest rollout of the default model in a demo; 0.025 gives 0.125 for the maximum."""
+    the logprob bounds sit at their floors. The logprob errors these bound are what is left after the
+    per-token bf16 rounding allowance (``recompute.rounding_allowance``: one rounding step of the
+    target's logit and of the largest logit), which covers what a fixed floor could not: a logit one
+    bf16 step apart is 0.0625 at |z| ≥ 8, past the 0.05 per-token floor that once rejected an honest
+    rollout of the default model in a demo. The floor (0.025, 0.125 for the maximum) is what remains
+    for an engine's other numerics."""
     from p2prl.rl.engine import HFEngine
 
     loose = dataclasses.replace(
