@@ -73,3 +73,25 @@ def test_rollout_stats_match_one_teacher_forced_pass_per_rollout(world: World) -
         assert st["fp_rollout"] == pytest.approx(fp, abs=0.02)
         assert st["lp_max"] < 0.1 and st["fp_rollout"] < 0.05  # honest
         assert st["dist_logp"] <= 0.0 and st["log_tail_sum"] <= 0.0
+
+
+def test_a_logit_one_bf16_step_apart_is_within_the_rounding_allowance() -> None:
+    """Two engines may round a large logit to neighbouring bf16 values: at |z| in [8, 16) one step is
+    0.0625, more than a fixed per-token floor of 0.05 allowed. The allowance covers one step of the
+    target's logit and one of the largest; a claim three steps off is still an error."""
+    from p2prl.proof.recompute import rounding_allowance
+
+    z = torch.zeros(1, 16, dtype=torch.bfloat16)
+    z[0, 3], z[0, 7] = 10.0, 9.0
+    shifted = z.clone()
+    shifted[0, 3] = z[0, 3] + 0.0625  # the next bf16 value above 10
+    assert shifted[0, 3].float().item() == 10.0625
+    targets = np.array([3])
+    honest, _ = token_scores(z.float(), targets, 1.0, 1.0)
+    other, _ = token_scores(shifted.float(), targets, 1.0, 1.0)
+    diff = abs(float(other[0] - honest[0]))
+    allow = rounding_allowance(z.float(), targets, 1.0)
+    assert diff > 0.05  # a fixed floor of 0.05 would reject this honest token
+    assert diff <= allow[0] == pytest.approx(0.125)
+    assert allow[0] < 3 * 0.0625  # three steps off exceeds it
+    assert rounding_allowance(z.float(), targets, 0.5)[0] == pytest.approx(0.25)  # over the temperature
