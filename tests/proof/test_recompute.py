@@ -82,7 +82,7 @@ def test_a_logit_one_bf16_step_apart_is_within_the_rounding_allowance() -> None:
     from p2prl.proof.recompute import rounding_allowance
 
     z = torch.zeros(1, 16, dtype=torch.bfloat16)
-    z[0, 3], z[0, 7] = 10.0, 9.0
+    z[0, 3], z[0, 7] = 10.0, 12.0  # the target is not the likeliest token
     shifted = z.clone()
     shifted[0, 3] = z[0, 3] + 0.0625  # the next bf16 value above 10
     assert shifted[0, 3].float().item() == 10.0625
