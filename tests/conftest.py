@@ -11,7 +11,7 @@ import pytest
 from p2prl.crypto.keys import Identity
 from p2prl.net.config import NetConfig
 from p2prl.net.node import P2PNode
-from p2prl.net.store import BlobStore
+from p2prl.store import BlobStore
 
 
 @pytest.fixture

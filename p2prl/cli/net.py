@@ -35,7 +35,7 @@ def peers(
     """Start a short-lived host, dial the given peers and list who it sees."""
     from p2prl.net.config import NetConfig
     from p2prl.net.node import P2PNode
-    from p2prl.net.store import BlobStore
+    from p2prl.store import BlobStore
 
     errors: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="p2prl-peers-") as tmp:
@@ -110,7 +110,7 @@ def blob_get(
     from p2prl.net.config import NetConfig
     from p2prl.net.node import P2PNode
     from p2prl.net.s3 import S3Config
-    from p2prl.net.store import BlobStore
+    from p2prl.store import BlobStore
 
     try:
         ref = _load_ref(blob_id, manifest, network)

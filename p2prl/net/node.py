@@ -37,13 +37,13 @@ from p2prl.net.identity import libp2p_key_pair, peer_id_for
 from p2prl.net.liveness import ConnectionWatch
 from p2prl.net.partial import PartialStore
 from p2prl.net.refs import RefBook
-from p2prl.net.store import BlobStore
 from p2prl.net.swarm import ChunkServer, Download, FetchError
 from p2prl.net.topics import TOPIC_TYPES, kind_of
 from p2prl.protocol.blobs import BlobRef
 from p2prl.protocol.fields import MessageError
 from p2prl.protocol.messages import decode_message
 from p2prl.reasons import GossipDrop
+from p2prl.store import BlobStore
 
 log = logging.getLogger(__name__)
 BOOTSTRAP_BACKOFF_S = (1.0, 60.0)  # first and longest wait before dialing a failed bootstrap peer again

@@ -32,8 +32,8 @@ from typing import Any
 from p2prl.crypto.keys import Identity
 from p2prl.net.config import Limits, NetConfig
 from p2prl.net.s3 import S3Config
-from p2prl.net.store import BlobStore
 from p2prl.protocol.blobs import BlobRef
+from p2prl.store import BlobStore
 
 
 def blob_bytes(seed: int, size: int) -> bytes:

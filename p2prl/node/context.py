@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from p2prl.crypto.keys import Identity
-from p2prl.net.store import BlobStore
 from p2prl.net.topics import topic
 from p2prl.node.config import NodeConfig
 from p2prl.node.genesis import SignedGenesis
@@ -26,6 +25,7 @@ from p2prl.node.status import NodeStatus
 from p2prl.protocol.blobs import BlobRef
 from p2prl.protocol.messages import Genesis, encode_message
 from p2prl.protocol.sections import GenerationSpec
+from p2prl.store import BlobStore
 
 log = logging.getLogger(__name__)
 

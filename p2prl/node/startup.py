@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from p2prl.crypto.keys import Identity, KeyFileError, load_or_create_identity
-from p2prl.net.store import BlobStore
 from p2prl.net.topics import topic
 from p2prl.node.config import NodeConfig
 from p2prl.node.context import NodeContext, NodeStartError
 from p2prl.node.genesis import GenesisError, SignedGenesis, pin_genesis, read_genesis
 from p2prl.node.netsettings import net_config
 from p2prl.node.status import NodeStatus
+from p2prl.store import BlobStore
 
 
 def load_genesis_for(cfg: NodeConfig) -> tuple[Identity, SignedGenesis]:

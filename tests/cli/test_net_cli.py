@@ -9,8 +9,8 @@ from p2prl.cli.main import app
 from p2prl.crypto.keys import Identity
 from p2prl.net.config import NetConfig
 from p2prl.net.node import P2PNode
-from p2prl.net.store import BlobStore
 from p2prl.protocol import PatchManifest, blob_ref_for, encode_message
+from p2prl.store import BlobStore
 
 NET = "clinet"
 

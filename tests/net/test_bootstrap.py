@@ -15,8 +15,8 @@ from p2prl.crypto.keys import Identity
 from p2prl.net.config import NetConfig
 from p2prl.net.identity import peer_id_for
 from p2prl.net.node import P2PNode
-from p2prl.net.store import BlobStore
 from p2prl.net.topics import heartbeats_topic
+from p2prl.store import BlobStore
 
 
 def _free_port() -> int:

@@ -50,7 +50,7 @@ def test_bans_expire(make_node) -> None:
 def test_forgotten_ref_of_a_held_blob_is_served_again(tmp_path) -> None:
     """After a restart (or an evicted ref) a node computes its own ref of a blob it holds, once."""
     from p2prl.net.refs import RefBook
-    from p2prl.net.store import BlobStore
+    from p2prl.store import BlobStore
 
     store = BlobStore(tmp_path / "s")
     data = blob_bytes(8, 3 * CH)

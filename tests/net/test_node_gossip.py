@@ -7,9 +7,9 @@ import pytest
 from p2prl.crypto.keys import Identity
 from p2prl.net.config import NetConfig
 from p2prl.net.node import P2PNode, PublishError
-from p2prl.net.store import BlobStore
 from p2prl.net.topics import heartbeats_topic, manifests_topic
 from p2prl.protocol import Heartbeat, encode_message
+from p2prl.store import BlobStore
 
 NET = "testnet"
 HB = heartbeats_topic(NET)

@@ -3,8 +3,8 @@ import os
 import pytest
 
 from p2prl.net.partial import PartialStore
-from p2prl.net.store import BlobStore
 from p2prl.protocol.blobs import blob_ref_for
+from p2prl.store import BlobStore
 
 CH = 16 * 1024
 

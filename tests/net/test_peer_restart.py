@@ -17,10 +17,10 @@ from p2prl.crypto.keys import Identity
 from p2prl.net.config import NetConfig
 from p2prl.net.node import P2PNode
 from p2prl.net.peerproc import blob_bytes
-from p2prl.net.store import BlobStore
 from p2prl.net.topics import heartbeats_topic
 from p2prl.protocol import Heartbeat, encode_message
 from p2prl.protocol.blobs import blob_ref_for
+from p2prl.store import BlobStore
 
 NET = "testnet"
 HB = heartbeats_topic(NET)

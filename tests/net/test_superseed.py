@@ -8,9 +8,9 @@ from p2prl.net import chunkproto as cp
 from p2prl.net.config import NetConfig
 from p2prl.net.counters import Counters
 from p2prl.net.partial import PartialStore
-from p2prl.net.store import BlobStore
 from p2prl.net.swarm import ChunkServer
 from p2prl.protocol.blobs import blob_ref_for
+from p2prl.store import BlobStore
 
 CH = 64 * 1024
 

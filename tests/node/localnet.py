@@ -20,7 +20,6 @@ from p2prl.net.counters import Counters
 from p2prl.net.gossip import GossipFilter, Incoming
 from p2prl.net.identity import peer_id_for
 from p2prl.net.node import PeerInfo
-from p2prl.net.store import BlobStore
 from p2prl.net.swarm import FetchError
 from p2prl.node.config import NodeConfig
 from p2prl.node.context import NodeContext
@@ -28,6 +27,7 @@ from p2prl.node.genesis import SignedGenesis
 from p2prl.node.netsettings import allowed_signers
 from p2prl.node.status import NodeStatus
 from p2prl.protocol.blobs import BlobRef
+from p2prl.store import BlobStore
 
 
 class LocalHub:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from p2prl.net.store import BlobStore
 from p2prl.node.http import fetch_status
 from p2prl.node.runtime import start_node
 from p2prl.node.supervisor import free_port
 from p2prl.patch import ChainPublisher, PatchEncoder, materialize, plan_sync
+from p2prl.store import BlobStore
 
 pytestmark = pytest.mark.slow
 

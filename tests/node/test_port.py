@@ -7,9 +7,9 @@ from localnet import LocalHub
 
 from p2prl.crypto.keys import Identity
 from p2prl.net.node import P2PNode
-from p2prl.net.store import BlobStore
 from p2prl.node.netinit import NetworkSpec, genesis_from_spec
 from p2prl.node.port import NetPort, RolePort
+from p2prl.store import BlobStore
 
 
 def test_hosts_implement_the_port(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ import time
 from dataclasses import replace
 
 from p2prl.net.node import P2PNode
-from p2prl.net.store import BlobStore
 from p2prl.node.startup import build_context
 from p2prl.node.trainer import Trainer
 from p2prl.proof.validate import BatchVerdict, GroupVerdict, to_verdict
@@ -17,6 +16,7 @@ from p2prl.protocol import encode_message
 from p2prl.protocol.blobs import blob_ref_for
 from p2prl.protocol.messages import RolloutAnnouncement
 from p2prl.reasons import VerdictReason
+from p2prl.store import BlobStore
 
 
 def test_stalled_miner_does_not_hold_up_other_batches(make_net, tmp_path) -> None:

@@ -15,7 +15,6 @@ from genesiskit import MODEL
 from localnet import LocalHost, LocalHub
 
 from p2prl.crypto.keys import Identity
-from p2prl.net.store import BlobStore
 from p2prl.net.topics import topic
 from p2prl.node.netinit import NetworkSpec, genesis_from_spec
 from p2prl.node.trainer_intake import RolloutIntake
@@ -25,6 +24,7 @@ from p2prl.protocol.blobs import blob_ref_for
 from p2prl.protocol.messages import RolloutAnnouncement, encode_message
 from p2prl.reasons import VerdictReason as R
 from p2prl.rl.buffer import ReplayBuffer
+from p2prl.store import BlobStore
 
 NET = "intake-net"
 TRAINER, VALIDATOR, MINER, FORGER = (Identity.generate() for _ in range(4))

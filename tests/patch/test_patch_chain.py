@@ -3,13 +3,13 @@ import torch
 from patch_testutil import bits_equal, perturb, random_state
 
 from p2prl.crypto.keys import Identity
-from p2prl.net.store import BlobStore
 from p2prl.patch.chain import ChainPublisher, materialize, plan_sync, retention
 from p2prl.patch.errors import PatchError
 from p2prl.patch.hashing import weights_hash
 from p2prl.patch.manifests import ManifestError, ManifestStore, open_manifest
 from p2prl.protocol.blobs import MIN_CHUNK_SIZE
 from p2prl.protocol.messages import PatchManifest, encode_message
+from p2prl.store import BlobStore
 
 NET = "testnet"
 SHAPES = {"w": (48, 40), "b": (40,), "n": (40,)}

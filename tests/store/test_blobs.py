@@ -2,7 +2,7 @@ import hashlib
 
 import pytest
 
-from p2prl.net.store import BlobStore, StoreError
+from p2prl.store import BlobStore, StoreError
 
 
 def test_put_get_and_reopen(tmp_path):
