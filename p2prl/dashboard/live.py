@@ -10,8 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
+from p2prl.dashboard.client import fetch_status
 from p2prl.dashboard.view import render
-from p2prl.node.http import fetch_status
 
 
 def poll(urls: list[str], timeout: float = 2.0) -> list[tuple[str, dict[str, Any] | None, str]]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from p2prl.crypto.keys import load_or_create_identity
-from p2prl.node.http import fetch_status
+from p2prl.dashboard import fetch_status
 from p2prl.node.supervisor import Supervisor, free_port, s3_missing
 
 log = logging.getLogger(__name__)

@@ -110,16 +110,3 @@ class StatusServer:
         self._server.server_close()
         self._thread.join(timeout=5)
 
-
-def fetch_status(url: str, timeout: float = 2.0) -> dict[str, Any]:
-    """GET ``<url>/status`` and parse it (used by the dashboard and the demo)."""
-    import urllib.request
-
-    with urllib.request.urlopen(url.rstrip("/") + "/status", timeout=timeout) as r:
-        if r.status != 200:
-            raise OSError(f"{url}: HTTP {r.status}")
-        data = r.read(8 * 1024 * 1024)
-    out = json.loads(data)
-    if not isinstance(out, dict):
-        raise ValueError(f"{url}: status is not an object")
-    return out

@@ -115,7 +115,7 @@ def _bridge_gateway() -> str:
 
 
 def _status(port: int) -> dict | None:
-    from p2prl.node.http import fetch_status
+    from p2prl.dashboard import fetch_status
 
     try:
         return fetch_status(f"http://127.0.0.1:{port}", timeout=2.0)

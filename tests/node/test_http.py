@@ -7,7 +7,8 @@ import socket
 import threading
 import time
 
-from p2prl.node.http import StatusServer, fetch_status
+from p2prl.dashboard import fetch_status
+from p2prl.node.http import StatusServer
 from p2prl.node.status import NodeStatus
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from p2prl.node.http import PORT_FILE, StatusServer, fetch_status
+from p2prl.dashboard import fetch_status
+from p2prl.node.http import PORT_FILE, StatusServer
 from p2prl.node.status import MAX_LABELS, MAX_REWARD_SERIES, MAX_SERIES, NodeStatus
 
 
