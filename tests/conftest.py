@@ -1,5 +1,5 @@
-"""Fixtures every test directory may use: real libp2p hosts on 127.0.0.1 and small random-init
-Hugging Face model directories."""
+"""Fixtures every test directory may use: real libp2p hosts on 127.0.0.1, the default base model
+(built once per machine) and small random-init Hugging Face model directories."""
 
 from __future__ import annotations
 
@@ -28,6 +28,17 @@ def make_node(tmp_path: Path) -> Iterator:
     yield make
     for n in nodes:
         n.stop()
+
+@pytest.fixture(scope="session")
+def model_cache() -> Path:
+    """The shared model cache (``$P2PRL_CACHE`` or ~/.cache/p2prl): the model is built once per machine."""
+    from p2prl.node.netinit import base_model_info
+    from p2prl.rl.local import default_cache_dir  # torch: loaded only by the tests that need a model
+
+    cache = default_cache_dir()
+    base_model_info(cache)  # builds it if missing
+    return cache
+
 
 @pytest.fixture(scope="session")
 def hf_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:

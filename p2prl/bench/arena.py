@@ -16,13 +16,13 @@ from typing import Any
 
 from p2prl.crypto.keys import Identity, load_or_create_identity
 from p2prl.net.identity import peer_id_for
+from p2prl.net.ports import free_port
 from p2prl.node.common import generation_params, group_size, groups_per_batch, task_of
 from p2prl.node.config import NodeConfig
 from p2prl.node.context import NodeContext
 from p2prl.node.genesis import write_genesis
 from p2prl.node.netinit import NetworkSpec, base_model_info, genesis_from_spec
 from p2prl.node.startup import build_context
-from p2prl.node.supervisor import free_port
 from p2prl.protocol.messages import RolloutAnnouncement, Verdict, decode_message, encode_message
 
 NETWORK = "arena-net"

@@ -225,7 +225,7 @@ def demo(
 
     With --duration it runs headless and prints a summary; otherwise it shows the dashboard until Ctrl-C.
     """
-    from p2prl.node.demo import DemoOptions, run_demo
+    from p2prl.demo import DemoOptions, run_demo
 
     opts = DemoOptions(
         duration=duration,

@@ -47,7 +47,7 @@ def test_status_summarizes_a_node(validator) -> None:
 
 
 def test_status_of_a_dead_node_fails_cleanly() -> None:
-    from p2prl.node.supervisor import free_port
+    from p2prl.net.ports import free_port
 
     r = CliRunner().invoke(app, ["status", f"http://127.0.0.1:{free_port()}", "--timeout", "2"])
     assert r.exit_code == 1 and "did not answer" in r.output

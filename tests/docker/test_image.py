@@ -137,10 +137,11 @@ def test_miner_container_joins_a_host_network(
 ) -> None:
     """Trainer and validator on the host, the miner in a container on Docker's bridge network."""
     from p2prl.crypto.keys import load_or_create_identity
+    from p2prl.demo import Supervisor
     from p2prl.net.identity import peer_id_for
+    from p2prl.net.ports import free_port
     from p2prl.node.genesis import write_genesis
     from p2prl.node.netinit import NetworkSpec, base_model_info, genesis_from_spec
-    from p2prl.node.supervisor import Supervisor, free_port
     from p2prl.rl.local import default_cache_dir
 
     gw = _bridge_gateway()

@@ -1,4 +1,4 @@
-"""Shared fixtures: the default base model (built once per run) and small networks on 127.0.0.1."""
+"""Shared fixtures: small networks on 127.0.0.1 (the base model is the root conftest's `model_cache`)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,10 @@ import pytest
 
 from p2prl.crypto.keys import Identity, load_or_create_identity
 from p2prl.net.identity import peer_id_for
+from p2prl.net.ports import free_port
 from p2prl.node.config import NodeConfig
 from p2prl.node.genesis import write_genesis
-from p2prl.node.netinit import NetworkSpec, base_model_info, describe_model, genesis_from_spec
-from p2prl.node.supervisor import free_port
-
-
-@pytest.fixture(scope="session")
-def model_cache() -> Path:
-    """The shared model cache (``$P2PRL_CACHE`` or ~/.cache/p2prl): the model is built once per machine."""
-    from p2prl.rl.local import default_cache_dir
-
-    cache = default_cache_dir()
-    base_model_info(cache)  # builds it if missing
-    return cache
+from p2prl.node.netinit import NetworkSpec, describe_model, genesis_from_spec
 
 
 @dataclass

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from p2prl.dashboard import fetch_status
+from p2prl.net.ports import free_port
 from p2prl.node.runtime import start_node
-from p2prl.node.supervisor import free_port
 from p2prl.patch import ChainPublisher, PatchEncoder, materialize, plan_sync
 from p2prl.store import BlobStore
 

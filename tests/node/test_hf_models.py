@@ -14,9 +14,9 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from p2prl.bench.dishonest import perturb_state
+from p2prl.demo import S3Server
 from p2prl.node.context import NodeStartError
 from p2prl.node.runtime import start_node
-from p2prl.node.supervisor import S3Server
 from p2prl.node.weights import sha256_of_state
 
 CHAT = {"prompt_format": "chat", "system_prompt": "Answer with the number.", "max_new_tokens": 3}

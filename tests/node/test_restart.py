@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from p2prl.bench.dishonest import perturb_state
+from p2prl.demo import S3Server
 from p2prl.net.identity import peer_id_for
 from p2prl.node.runtime import RunningNode, start_node
-from p2prl.node.supervisor import S3Server
 from p2prl.node.weights import load_saved_weights
 from p2prl.patch.hashing import weights_hash
 from p2prl.proof.batch import commitment_root, decode_batch

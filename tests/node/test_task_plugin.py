@@ -21,9 +21,10 @@ from typer.testing import CliRunner
 from p2prl.cli.main import app
 from p2prl.crypto.keys import load_or_create_identity
 from p2prl.dashboard import fetch_status
+from p2prl.demo import Supervisor
 from p2prl.net.identity import peer_id_for
+from p2prl.net.ports import free_port
 from p2prl.node.genesis import read_genesis
-from p2prl.node.supervisor import Supervisor, free_port
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,14 @@ from typing import Any
 
 from p2prl.crypto.keys import load_or_create_identity
 from p2prl.dashboard import fetch_status
-from p2prl.node.supervisor import Supervisor, free_port, s3_missing
+from p2prl.dashboard.live import run_dashboard
+from p2prl.dashboard.view import mean_reward, reward_ends, reward_series
+from p2prl.demo.supervisor import Supervisor, s3_missing
+from p2prl.net.identity import peer_id_for
+from p2prl.net.ports import free_port
+from p2prl.node.genesis import write_genesis
+from p2prl.node.netinit import NetworkSpec, describe_model, genesis_from_spec
+from p2prl.rl.tasks import pin_task_params
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +82,7 @@ class DemoOptions:
 
 
 def _default_cache() -> Path:
-    from p2prl.rl.local import default_cache_dir
+    from p2prl.rl.local import default_cache_dir  # rl.local imports torch: not at the demo's start
 
     return default_cache_dir()
 
@@ -88,11 +95,6 @@ def prepare(opts: DemoOptions, root: Path, s3_endpoint: str) -> dict[str, Any]:
     """Keys, base model and genesis under ``root`` (reused when they exist, so a demo can resume).
 
     An empty ``s3_endpoint`` makes a network without an S3 location (peer to peer only)."""
-    from p2prl.net.identity import peer_id_for
-    from p2prl.node.genesis import write_genesis
-    from p2prl.node.netinit import NetworkSpec, describe_model, genesis_from_spec
-    from p2prl.rl.tasks import pin_task_params
-
     ids = {n: load_or_create_identity(root / n / "node.key") for n in _nodes(opts)}
     plan_file = root / "demo.json"
     if plan_file.exists():
@@ -209,8 +211,6 @@ def _wait_up(
 
 def progress_line(elapsed: float, statuses: dict[str, dict[str, Any] | None], names: list[str]) -> str:
     """One line of a headless run: versions, how many miners are in sync, verdicts, recent reward."""
-    from p2prl.dashboard.view import mean_reward, reward_series
-
     trainer = statuses.get("trainer") or {}
     tv = int(trainer.get("version", 0))
     miners = [statuses.get(n) for n in names if n.startswith("miner")]
@@ -232,8 +232,6 @@ def summarize(
     plan: dict[str, Any], statuses: dict[str, dict[str, Any] | None], names: list[str]
 ) -> dict[str, Any]:
     """The run summary from every node's final status (see docs/NODE.md)."""
-    from p2prl.dashboard.view import reward_ends, reward_series
-
     trainer = statuses.get("trainer") or {}
     validator = statuses.get("validator") or {}
     miners = []
@@ -329,8 +327,6 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
         print("nodes: " + ", ".join(f"{n} {u}" for n, u in zip(names, urls, strict=True)), flush=True)
         _wait_up(sup, plan, names, opts.startup_timeout_s, stop)
         if opts.duration is None and opts.dashboard:
-            from p2prl.dashboard.live import run_dashboard
-
             run_dashboard(urls, stop=stop)
         else:
             start = time.monotonic()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from p2prl.node.demo import progress_line
+from p2prl.demo import progress_line
 
 PROGRESS = re.compile(r"^\[ *\d+ s\] trainer v\d+ \(\d+ published\) \| miners v[\d,?]+, \d+/\d+ in sync \|")
 
