@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import zstandard
 
 from p2prl.bench.pulse_ref import pulse_apply, pulse_encode
 from p2prl.patch import intcode
@@ -121,8 +122,7 @@ def _read_time(state: dict[str, torch.Tensor], repeat: int) -> tuple[float, floa
 
 def _index_study(base: dict[str, torch.Tensor], new: dict[str, torch.Tensor], level: int) -> dict[str, Any]:
     """LEB128 vs uint16-with-escape on this data: compressed size and encode/decode rate."""
-    from p2prl.patch.encode import _compress
-
+    cctx = zstandard.ZstdCompressor(level=level)
     gaps_all = []
     for name in base:
         a, b = uint_view(base[name]), uint_view(new[name])
@@ -139,7 +139,7 @@ def _index_study(base: dict[str, torch.Tensor], new: dict[str, torch.Tensor], le
         t0 = time.perf_counter()
         raws = [enc(g) for g in gaps_all]
         t_enc = time.perf_counter() - t0
-        comp = sum(len(_compress(r, level)) for r in raws)
+        comp = sum(len(cctx.compress(r)) for r in raws)
         t0 = time.perf_counter()
         for r, g in zip(raws, gaps_all, strict=True):
             dec(r, g.size)

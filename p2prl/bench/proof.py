@@ -43,20 +43,6 @@ GROUP_SIZE = 8
 MINER_A = bytes(range(32))
 MINER_B = bytes(range(32, 64))
 
-# A second configuration, ~25M parameters. Random init at std 0.02 gives near-uniform next-token
-# distributions (any token is about as likely as any other, so no test can tell whose tokens they
-# are); std 0.1 gives the peaked distributions of a trained model.
-BIG_ARCH = {
-    "hidden_size": 512,
-    "intermediate_size": 1536,
-    "num_hidden_layers": 8,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 128,
-    "initializer_range": 0.1,
-}
-
-
 @dataclass
 class ModelSetup:
     name: str
@@ -67,18 +53,9 @@ class ModelSetup:
     other: Any  # same architecture, other weights
 
 
-def _qwen(arch: dict[str, Any], vocab: int, seed: int) -> Any:
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=vocab, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, **arch)
-    return Qwen2ForCausalLM(cfg).to(torch.bfloat16).eval()
-
-
 def setups(cache_dir: Path, which: tuple[str, ...]) -> list[ModelSetup]:
     from p2prl.rl.engine import GenerationParams
-    from p2prl.rl.model import ARCH, build_default_model, load_model
+    from p2prl.rl.model import ARCH, BIG_ARCH, build_default_model, load_model, random_qwen2
     from p2prl.rl.tasks import get_task
 
     out = []
@@ -91,7 +68,7 @@ def setups(cache_dir: Path, which: tuple[str, ...]) -> list[ModelSetup]:
                 tok,
                 get_task("addition", digits=2),
                 GenerationParams(max_new_tokens=4, temperature=1.0),
-                _qwen(ARCH, tok.vocab_size, 7),
+                random_qwen2(ARCH, tok.vocab_size, 7),
             )
         )
     if "big" in which:
@@ -101,11 +78,11 @@ def setups(cache_dir: Path, which: tuple[str, ...]) -> list[ModelSetup]:
         out.append(
             ModelSetup(
                 "big",
-                _qwen(BIG_ARCH, tok.vocab_size, 0),
+                random_qwen2(BIG_ARCH, tok.vocab_size, 0),
                 tok,
                 get_task("addition", digits=2),
                 GenerationParams(max_new_tokens=24, temperature=1.0),
-                _qwen(BIG_ARCH, tok.vocab_size, 1),
+                random_qwen2(BIG_ARCH, tok.vocab_size, 1),
             )
         )
     return out

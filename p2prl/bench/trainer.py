@@ -17,6 +17,8 @@ import torch
 from p2prl.patch import changed_fraction
 from p2prl.rl import distributed
 from p2prl.rl.grpo import GRPOConfig
+from p2prl.rl.model import BIG_ARCH, random_qwen2
+from p2prl.rl.tokenizer import CharTokenizer
 from p2prl.rl.types import Rollout, RolloutGroup
 
 
@@ -53,11 +55,8 @@ def run(steps: int, groups: int, group_size: int, tokens: int, lr: float) -> dic
     if distributed.launched() and distributed.rank() != 0:
         distributed.follow()
         return None
-    from p2prl.bench.proof import BIG_ARCH, _qwen
-    from p2prl.rl.tokenizer import CharTokenizer
-
     vocab = CharTokenizer().vocab_size
-    model = _qwen(BIG_ARCH, vocab, 0).float()
+    model = random_qwen2(BIG_ARCH, vocab, 0).float()
     params = sum(p.numel() for p in model.parameters())
     learner = distributed.make_learner(
         model, GRPOConfig(lr=lr), 0, publish_mode="gather"

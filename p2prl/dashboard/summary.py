@@ -7,7 +7,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from p2prl.dashboard.view import _fmt_bytes, reward_series
+from p2prl.dashboard.view import fmt_bytes, reward_series
 
 
 def _pairs(d: dict[str, Any], limit: int = 6) -> str:
@@ -39,10 +39,10 @@ def status_summary(url: str, s: dict[str, Any]) -> Table:
     )
     t.add_row("sync", f"{s.get('sync_state', '?')}   weights {str(s.get('weights_hash', ''))[:16] or '-'}")
     t.add_row("peers", f"{int(s.get('peers', 0))}   up {_uptime(float(s.get('uptime_s', 0)))}")
-    down = _fmt_bytes(g.get("net_bytes_down", 0))
+    down = fmt_bytes(g.get("net_bytes_down", 0))
     if g.get("net_bytes_s3"):
-        down += f" (+{_fmt_bytes(g['net_bytes_s3'])} from S3)"
-    t.add_row("traffic", f"up {_fmt_bytes(g.get('net_bytes_up', 0))}, down {down}")
+        down += f" (+{fmt_bytes(g['net_bytes_s3'])} from S3)"
+    t.add_row("traffic", f"up {fmt_bytes(g.get('net_bytes_up', 0))}, down {down}")
     groups = {
         k: int(c[k])
         for k in ("groups_produced", "groups_accepted", "groups_rejected", "groups_consumed")
@@ -68,6 +68,6 @@ def status_summary(url: str, s: dict[str, Any]) -> Table:
     for blob, p in s.get("transfers", {}).items():
         total = max(1, int(p.get("total", 1)))
         t.add_row(
-            "transfer", f"{blob[:12]} {min(1.0, int(p.get('done', 0)) / total):.0%} of {_fmt_bytes(total)}"
+            "transfer", f"{blob[:12]} {min(1.0, int(p.get('done', 0)) / total):.0%} of {fmt_bytes(total)}"
         )
     return t

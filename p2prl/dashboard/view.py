@@ -53,7 +53,7 @@ def _scaled(n: float) -> tuple[float, int]:
     return n, i
 
 
-def _fmt_bytes(n: float) -> str:
+def fmt_bytes(n: float) -> str:
     v, i = _scaled(n)
     return f"{v:.0f} B" if i == 0 else f"{v:.1f} {('B', 'KiB', 'MiB', 'GiB')[i]}"
 
@@ -189,7 +189,7 @@ def transfers_table(statuses: list[Status]) -> Table | None:
                     f"{s.get('role', '?')} {s.get('key', '')[:8]}",
                     blob[:12],
                     bar,
-                    f"{frac:.0%} of {_fmt_bytes(total)}",
+                    f"{frac:.0%} of {fmt_bytes(total)}",
                 )
             )
     if not rows:

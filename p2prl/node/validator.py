@@ -222,7 +222,7 @@ class Validator:
         would fail it as ``duplicate_index`` and zero an honest miner. Another key announcing the
         same blob id is judged on its own (and fails: the batch names its real miner).
         """
-        from p2prl.proof.validate import _all, to_verdict
+        from p2prl.proof.validate import reject_all, to_verdict
 
         ctx = self.ctx
         ann: RolloutAnnouncement = item.message
@@ -237,7 +237,7 @@ class Validator:
         if data is None:
             with self.jq_cond:
                 self.jq.unfetchable(item)
-            bv = _all(ann.groups, VerdictReason.BLOB_MISMATCH)
+            bv = reject_all(ann.groups, VerdictReason.BLOB_MISMATCH)
         else:
             with self.jq_cond:
                 self.jq.judged.add(key_of(item), ann.version)

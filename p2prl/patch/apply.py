@@ -32,7 +32,7 @@ from p2prl.patch.format import (
     parse_segment,
     zstd_unpack,
 )
-from p2prl.patch.hashing import DOMAIN, _entry_prefix, weights_hash
+from p2prl.patch.hashing import DOMAIN, entry_prefix, weights_hash
 
 __all__ = ["PatchApplier", "apply_patch", "check_base"]
 
@@ -267,7 +267,7 @@ class PatchApplier:
         if self._entered < ti:
             spec = self._header.tensors[ti]
             nbytes = spec.numel * BY_NAME[spec.dtype].itemsize
-            self._result.update(_entry_prefix(spec.name, spec.dtype, spec.shape, nbytes))
+            self._result.update(entry_prefix(spec.name, spec.dtype, spec.shape, nbytes))
             self._entered = ti
 
     def _apply_segment(self, seg: SegmentHead, iframe: memoryview, vframe: memoryview) -> None:

@@ -28,7 +28,8 @@ DOMAIN = b"p2prl/weights/v1\x00"
 MAX_SAFETENSORS_HEADER = 64 * 1024 * 1024
 
 
-def _entry_prefix(name: str, dtype: str, shape: Iterable[int], nbytes: int) -> bytes:
+def entry_prefix(name: str, dtype: str, shape: Iterable[int], nbytes: int) -> bytes:
+    """The bytes hashed before a tensor's data: shared by the hash here and the applier's running hash."""
     n = name.encode("utf-8")
     dims = tuple(int(s) for s in shape)
     return (
@@ -55,7 +56,7 @@ def weights_hash(state: Mapping[str, TensorLike]) -> str:
         t = state[name]
         d = dtype_of(t)
         v = uint_view(t)
-        h.update(_entry_prefix(name, d.name, shape_of(t), v.nbytes))
+        h.update(entry_prefix(name, d.name, shape_of(t), v.nbytes))
         if v.nbytes:
             h.update(memoryview(v).cast("B"))
     return h.hexdigest()
@@ -116,7 +117,7 @@ def weights_hash_file(path: str | Path) -> str:
                 h.update(DOMAIN + struct.pack("<I", len(entries)))
                 for name in sorted_names(entries):
                     dtype, shape, begin, end = entries[name]
-                    h.update(_entry_prefix(name, dtype, shape, end - begin))
+                    h.update(entry_prefix(name, dtype, shape, end - begin))
                     if end > begin:
                         h.update(mv[off + begin : off + end])
                 return h.hexdigest()

@@ -203,36 +203,36 @@ class RolloutValidator:
         if self.started_at is None:
             self.started_at = current_version
         if cfg.groups_per_batch is not None and n != cfg.groups_per_batch:  # signed: before any work
-            return _all(n, R.GROUP_COUNT, hard=True)
+            return reject_all(n, R.GROUP_COUNT, hard=True)
         if len(batch_bytes) != ann.blob.size or hashlib.sha256(batch_bytes).hexdigest() != ann.blob.id:
-            return _all(n, R.BLOB_MISMATCH)
+            return reject_all(n, R.BLOB_MISMATCH)
         if ann.version > current_version:
-            return _all(n, R.FUTURE_VERSION)
+            return reject_all(n, R.FUTURE_VERSION)
         if current_version - ann.version > cfg.max_staleness:
-            return _all(n, R.STALE)
+            return reject_all(n, R.STALE)
         held = self.versions(ann.version)
         if held is None:
-            return _all(n, R.UNKNOWN_VERSION)
+            return reject_all(n, R.UNKNOWN_VERSION)
         manifest_hash, model = held
         if manifest_hash != ann.manifest_hash:
-            return _all(n, R.MANIFEST_MISMATCH)
+            return reject_all(n, R.MANIFEST_MISMATCH)
         try:
             batch = decode_batch(batch_bytes, self._limits())
         except BatchError as e:
-            return _all(n, e.reason, hard=True)
+            return reject_all(n, e.reason, hard=True)
         if (
             batch.version != ann.version
             or batch.manifest_hash != ann.manifest_hash
             or batch.miner != miner_key
         ):
-            return _all(n, R.HEADER_MISMATCH, hard=True)
+            return reject_all(n, R.HEADER_MISMATCH, hard=True)
         if len(batch.groups) != n:
-            return _all(n, R.GROUP_COUNT, hard=True)
+            return reject_all(n, R.GROUP_COUNT, hard=True)
         if commitment_root(batch) != ann.commitment_root:
-            return _all(n, R.COMMITMENT_MISMATCH, hard=True)
+            return reject_all(n, R.COMMITMENT_MISMATCH, hard=True)
         order = self._index_order(batch)
         if order != R.OK:
-            return _all(n, order, hard=order in HARD_FAILURES)
+            return reject_all(n, order, hard=order in HARD_FAILURES)
         return self._check_groups(batch, model, ann.blob.id)
 
     def _index_order(self, batch: RolloutBatch) -> str:
@@ -508,7 +508,8 @@ class RolloutValidator:
         )
 
 
-def _all(n: int, reason: str, hard: bool = False) -> BatchVerdict:
+def reject_all(n: int, reason: str, hard: bool = False) -> BatchVerdict:
+    """Every group of an ``n``-group batch rejected for one reason (a batch judged as a whole)."""
     return BatchVerdict([GroupVerdict(i, False, reason) for i in range(n)], [], hard)
 
 

@@ -40,6 +40,18 @@ ARCH = {
     "num_key_value_heads": 4,
     "max_position_embeddings": 64,
 }
+# A second configuration, ~25M parameters. Random init at std 0.02 gives near-uniform next-token
+# distributions (any token is about as likely as any other, so no test can tell whose tokens they
+# are); std 0.1 gives the peaked distributions of a trained model.
+BIG_ARCH = {
+    "hidden_size": 512,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+    "initializer_range": 0.1,
+}
 # 600 steps: greedy success ≈ 0.34, sampled reward ≈ 0.12 — enough groups with mixed rewards for
 # GRPO to learn from at once (400 steps gave 0.19 / 0.09 and a slow start).
 WARM_START = {"seed": 0, "steps": 600, "batch": 64, "lr": 3e-3}
@@ -65,6 +77,15 @@ def weights_hash(state: Mapping[str, Tensor]) -> str:
 
     return str(patch_hash({k: v if v.device.type == "cpu" else v.detach().cpu() for k, v in state.items()}))
 
+
+def random_qwen2(arch: Mapping[str, Any], vocab_size: int, seed: int) -> Any:
+    """A random-init Qwen2 of shape ``arch`` (``ARCH``, ``BIG_ARCH``) in bf16, eval mode: the stand-in
+    models of the proof and learner benchmarks."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=vocab_size, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, **arch)
+    return Qwen2ForCausalLM(cfg).to(torch.bfloat16).eval()
 
 def default_config(vocab_size: int) -> Any:
     from transformers import Qwen2Config
