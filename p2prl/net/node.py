@@ -65,8 +65,16 @@ class PeerInfo:
 
 class P2PNode:
     def __init__(
-        self, identity: Identity, network_id: str, store: BlobStore, config: NetConfig | None = None
+        self,
+        identity: Identity,
+        network_id: str,
+        store: BlobStore,
+        config: NetConfig | None = None,
+        *,
+        server_class: type[ChunkServer] = ChunkServer,
     ) -> None:
+        """``server_class`` answers the chunk protocol; a subclass may change what is served (the
+        fan-out benchmark's corrupt and slow peers override ``ChunkServer.answer``)."""
         self.identity = identity
         self.network_id = network_id
         self.store = store
@@ -105,6 +113,7 @@ class P2PNode:
         self._nursery: trio.Nursery | None = None
         self._stop: trio.Event | None = None
         self._pub_send: Any = None
+        self._server_class = server_class
         self._server: ChunkServer | None = None
         self.reachable: bool | None = None  # learned by dial-back; None until a peer answered
         self._public_addrs: list[str] = []
@@ -190,7 +199,7 @@ class P2PNode:
         )
         pubsub = Pubsub(host, router, strict_signing=True)
         self._host, self._pubsub = host, pubsub
-        self._server = ChunkServer(self, self.store, self.partials, self.refs)
+        self._server = self._server_class(self, self.store, self.partials, self.refs)
         watch = ConnectionWatch(host, pubsub, self.counters)
         host.get_network().register_notifee(watch)
         host.set_stream_handler(cp.PROTOCOL_ID, self._server.handle)

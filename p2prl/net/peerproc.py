@@ -40,12 +40,34 @@ def blob_bytes(seed: int, size: int) -> bytes:
     return random.Random(seed).randbytes(size)
 
 
+def _server_class(behaviour: str, delay_s: float) -> type[Any]:
+    """The chunk server of an honest peer, or of one that corrupts ("corrupt") or delays ("slow")
+    every chunk it serves."""
+    from p2prl.net import chunkproto as cp
+    from p2prl.net.swarm import ChunkServer
+
+    if behaviour == "honest":
+        return ChunkServer
+
+    class HostileServer(ChunkServer):
+        def answer(self, op: int, blob_id: str, digest: str, index: int, chunk_size: int) -> tuple[int, bytes]:
+            status, payload = super().answer(op, blob_id, digest, index, chunk_size)
+            if op == cp.OP_GET and status == cp.OK:
+                if behaviour == "corrupt" and payload:
+                    payload = bytes([payload[0] ^ 0xFF]) + payload[1:]
+                elif behaviour == "slow":
+                    time.sleep(delay_s)
+            return status, payload
+
+    return HostileServer
+
+
 def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, Any]) -> None:
     if opts.get("netns"):  # a testbed host: enter its namespace before any socket exists
         from p2prl.testbed.netns import enter
 
         enter(opts["netns"])
-    from p2prl.net import chunkproto as cp
+    # trio and libp2p load only now, inside the host's namespace
     from p2prl.net.node import P2PNode
 
     logging.basicConfig(level=opts.get("log_level", "WARNING"))
@@ -62,24 +84,9 @@ def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, 
         limits=Limits(pipeline_depth=opts.get("pipeline_depth", Limits.pipeline_depth)),
         max_upload_bytes_per_s=opts.get("max_upload_bytes_per_s", 0.0),
     )
-    node = P2PNode(Identity(seed), network, BlobStore(root), cfg)
+    server = _server_class(opts.get("behaviour", "honest"), opts.get("delay_s", 0.05))
+    node = P2PNode(Identity(seed), network, BlobStore(root), cfg, server_class=server)
     node.start()
-    behaviour = opts.get("behaviour", "honest")
-    if behaviour != "honest":
-        server = node._server
-        assert server is not None
-        answer = server.answer
-
-        def hostile(op: int, blob_id: str, digest: str, index: int, chunk_size: int) -> tuple[int, bytes]:
-            status, payload = answer(op, blob_id, digest, index, chunk_size)
-            if op == cp.OP_GET and status == cp.OK:
-                if behaviour == "corrupt" and payload:
-                    payload = bytes([payload[0] ^ 0xFF]) + payload[1:]
-                elif behaviour == "slow":
-                    time.sleep(opts.get("delay_s", 0.05))
-            return status, payload
-
-        server.answer = hostile  # type: ignore[method-assign]
     try:
         while True:
             cmd = conn.recv()
