@@ -39,10 +39,9 @@ def measure_role(model_dir: Path, role: str) -> dict[str, Any]:
     import torch
     from transformers import Qwen2ForCausalLM  # noqa: F401 - the import's ~150 MiB belong to the baseline
 
-    from p2prl.node.weights import clone_state
     from p2prl.rl.engine import GenerationParams, HFEngine, teacher_forced
     from p2prl.rl.grpo import GRPOConfig, GRPOTrainer
-    from p2prl.rl.model import unique_state
+    from p2prl.rl.model import clone_state, unique_state
     from p2prl.rl.modeldir import load_weights_model
     from p2prl.rl.tokenizer import load_tokenizer
     from p2prl.rl.types import Rollout, RolloutGroup

@@ -54,7 +54,7 @@ def base_model(ctx: NodeContext, strict: bool) -> tuple[Any, Any, dict[str, Any]
     one-line reason."""
     from p2prl.node.assets import AssetError
     from p2prl.node.context import NodeStartError
-    from p2prl.node.weights import pick_device
+    from p2prl.rl.model import pick_device
     from p2prl.rl.modeldir import ModelDirError
 
     cfg = ctx.config

@@ -21,6 +21,17 @@ import torch
 
 from p2prl.atomicfile import write_atomic
 from p2prl.patch.hashing import sorted_names, weights_hash
+from p2prl.rl.model import build_default_model, clone_state, unique_state
+from p2prl.rl.modeldir import (
+    ModelDirError,
+    check_files,
+    config_sha256,
+    has_weights,
+    load_weights_model,
+    model_from_config,
+    tokenizer_sha256,
+)
+from p2prl.rl.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 State = dict[str, torch.Tensor]
@@ -34,10 +45,6 @@ class Weights:
     version: int
     hash: str
     state: State
-
-
-def clone_state(state: State) -> State:
-    return {k: v.detach().clone() for k, v in state.items()}
 
 
 def sha256_of_state(state: State) -> str:
@@ -56,25 +63,12 @@ def sha256_of_state(state: State) -> str:
     return h.hexdigest()
 
 
-def pick_device(name: str) -> str:
-    """``auto``: CUDA when torch sees one, else CPU; ``cpu``, ``cuda`` and ``cuda:N`` as given."""
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name != "cpu" and not (name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit())):
-        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, not {name!r}")
-    if name != "cpu" and not torch.cuda.is_available():
-        raise ValueError(f"device {name} asked for, but torch sees no CUDA device")
-    return name
-
-
 def model_dir_for(
     spec: Any, model_dir: Path | None, cache_dir: Path, fetch: Callable[[Path], Path] | None = None
 ) -> Path:
     """Where the genesis model's files are: the built-in model (built once), the operator's
     ``--model`` copy, or the files fetched into the cache (now, by ``fetch(target)``, if missing).
     Raises FileNotFoundError when there are none and nothing to fetch them with."""
-    from p2prl.rl.model import build_default_model
-
     if spec.source == "builtin":
         return build_default_model(Path(cache_dir))
     if model_dir is not None:
@@ -94,8 +88,6 @@ def fetched_model_dir(spec: Any, cache_dir: Path) -> Path:
 
 def verify_model_files(directory: Path, spec: Any, weights: bool = True) -> None:
     """The directory's config and tokenizer must hash to the genesis' (a one-line error names which)."""
-    from p2prl.rl.modeldir import ModelDirError, check_files, config_sha256, tokenizer_sha256
-
     check_files(directory, weights)
     for part, got, want in (
         ("config.json", config_sha256(directory), spec.config_sha256),
@@ -117,10 +109,6 @@ def load_base_model(
     that state's weights hash. Config and tokenizer must match the genesis; so must the weights when
     ``strict`` (a miner may instead start unverified and sync from an anchor, as one does whose
     files came from the network without weights: version 0's anchor carries those)."""
-    from p2prl.rl.model import unique_state
-    from p2prl.rl.modeldir import ModelDirError, has_weights, load_weights_model, model_from_config
-    from p2prl.rl.tokenizer import load_tokenizer
-
     path = model_dir_for(g.model, model_dir, cache_dir, fetch)
     weighted = has_weights(path) or strict
     verify_model_files(path, g.model, weighted)

@@ -23,8 +23,10 @@ from p2prl.rl.distributed import make_learner, master_hash, world_size
 from p2prl.rl.engine import GenerationParams, HFEngine
 from p2prl.rl.evaluate import greedy_success
 from p2prl.rl.grpo import GRPOConfig
-from p2prl.rl.model import DIGITS, build_default_model, load_model
+from p2prl.rl.model import DIGITS, build_default_model, load_model, pick_device
+from p2prl.rl.modeldir import stop_ids_of
 from p2prl.rl.tasks import derive_seed, get_task
+from p2prl.rl.tokenizer import load_tokenizer
 from p2prl.rl.types import Rollout, RolloutGroup
 
 DEFAULT_LR = 3e-4
@@ -87,9 +89,6 @@ def train_local(
 
 def _train_local(cfg: LocalConfig, on_step: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
-    from p2prl.node.weights import pick_device
-    from p2prl.rl.modeldir import stop_ids_of
-    from p2prl.rl.tokenizer import load_tokenizer
 
     model_dir = cfg.model_dir or build_default_model(cfg.cache_dir)
     task = get_task(cfg.task, **cfg.task_params)

@@ -70,6 +70,21 @@ def unique_state(model: torch.nn.Module) -> dict[str, Tensor]:
     return out
 
 
+def clone_state(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """A detached copy of every tensor: a version kept while the model it came from trains on."""
+    return {k: v.detach().clone() for k, v in state.items()}
+
+
+def pick_device(name: str) -> str:
+    """``auto``: CUDA when torch sees one, else CPU; ``cpu``, ``cuda`` and ``cuda:N`` as given."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name != "cpu" and not (name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit())):
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, not {name!r}")
+    if name != "cpu" and not torch.cuda.is_available():
+        raise ValueError(f"device {name} asked for, but torch sees no CUDA device")
+    return name
+
 def weights_hash(state: Mapping[str, Tensor]) -> str:
     """The network's weights hash (``p2prl.patch.hashing.weights_hash``: BLAKE3, canonical order) of
     tensors on any device (the hash reads bytes on the CPU)."""
