@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up p2prl on a fresh machine (idempotent) and runs one of:
 #   demo [ARGS]   the main job: a local network (trainer, validator, 2 miners, S3) on 127.0.0.1
-#   test [ARGS]   lint + the test suite
+#   test [ARGS]   lint, the import layers (pyproject.toml [tool.importlinter]) + the test suite
 #   shell         a shell inside the environment
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,6 +65,7 @@ case "$cmd" in
   demo) exec p2prl demo "$@" ;;
   test)
     ruff check .
+    lint-imports
     docker_engine
     exec python -m pytest -q -p no:cacheprovider "$@" ;;
   shell) exec "${SHELL:-bash}" ;;
