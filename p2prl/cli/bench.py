@@ -307,8 +307,7 @@ def bench_swarm_sim(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Simulate one patch's fan-out with the swarm's own chunk logic, against a star and a relay tree."""
-    from p2prl.netsim.population import Spec
-    from p2prl.netsim.report import run_all
+    from p2prl.netsim import Spec, run_all
 
     if provider_order not in ("id", "random"):
         raise typer.BadParameter("'id' or 'random'", param_hint="--provider-order")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from p2prl.crypto.keys import Identity, KeyFileError, load_identity, save_identity
+from p2prl.crypto import Identity, KeyFileError, load_identity, save_identity
 
 app = typer.Typer(
     help="Manage the node identity (Ed25519 seed; also the libp2p peer id).", no_args_is_help=True
@@ -42,7 +42,7 @@ def show(
     except KeyFileError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e
-    from p2prl.net.identity import peer_id_for
+    from p2prl.net import peer_id_for
 
     info = {"public_key": identity.public_hex, "peer_id": peer_id_for(identity)}
     if as_json:

@@ -18,7 +18,7 @@ blob_app = typer.Typer(help="Fetch and verify content-addressed blobs.", no_args
 
 
 def _identity(key: Path | None) -> Any:
-    from p2prl.crypto.keys import Identity, load_identity
+    from p2prl.crypto import Identity, load_identity
 
     return load_identity(key) if key else Identity.generate()
 
@@ -33,8 +33,7 @@ def peers(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Start a short-lived host, dial the given peers and list who it sees."""
-    from p2prl.net.config import NetConfig
-    from p2prl.net.node import P2PNode
+    from p2prl.net import NetConfig, P2PNode
     from p2prl.store import BlobStore
 
     errors: dict[str, str] = {}
@@ -68,9 +67,8 @@ def peers(
 
 def _load_ref(blob_id: str, manifest: Path, network: str | None) -> Any:
     """A BlobRef from a signed envelope (verified; needs the network id) or a JSON ref/body."""
-    from p2prl.crypto.envelope import MAGIC
-    from p2prl.protocol.blobs import BlobRef
-    from p2prl.protocol.messages import decode_message
+    from p2prl.crypto import MAGIC
+    from p2prl.protocol import BlobRef, decode_message
 
     raw = manifest.read_bytes()
     if raw[:4] == MAGIC:
@@ -107,9 +105,7 @@ def blob_get(
 ) -> None:
     """Fetch a blob from peers (S3 as fallback), verifying every chunk, and write it to OUT."""
     from p2prl.cli.progress import transfer_progress
-    from p2prl.net.config import NetConfig
-    from p2prl.net.node import P2PNode
-    from p2prl.net.s3 import S3Config
+    from p2prl.net import NetConfig, P2PNode, S3Config
     from p2prl.store import BlobStore
 
     try:

@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from p2prl.node.config import ENV_PREFIX, ConfigError, NodeConfig, load_config
+from p2prl.node import ENV_PREFIX, ConfigError, NodeConfig, load_config
 
 network_app = typer.Typer(help="Create and inspect a network's genesis document.", no_args_is_help=True)
 
@@ -61,7 +61,7 @@ def run_configured(config: Path | None, flags: dict[str, Any], role_factory: Any
     except ConfigError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e
-    from p2prl.node.runtime import NodeStartError, run_node
+    from p2prl.node import NodeStartError, run_node
 
     try:
         run_node(cfg) if role_factory is None else run_node(cfg, role_factory)
@@ -104,8 +104,8 @@ def network_init(
 
     Every check (model directory, tokenizer, task, prompt format) runs before anything is written.
     """
-    from p2prl.node.netinit import NetworkSpec, init_network
-    from p2prl.rl.modeldir import ModelDirError
+    from p2prl.node import NetworkSpec, init_network
+    from p2prl.rl import ModelDirError
 
     try:
         spec = NetworkSpec(**_spec_values(flags))
@@ -123,7 +123,7 @@ def network_init(
 def _spec_values(flags: dict[str, Any]) -> dict[str, Any]:
     """NetworkSpec keyword values from the generated flags (``--task-param k=v`` parsed to a dict, JSON
     values typed)."""
-    from p2prl.rl.tasks import parse_task_params
+    from p2prl.rl import parse_task_params
 
     out = dict(flags)
     out["task_params"] = parse_task_params(out.pop("task_params", None) or [])
@@ -131,7 +131,7 @@ def _spec_values(flags: dict[str, Any]) -> dict[str, Any]:
 
 
 def _network_init_signature() -> inspect.Signature:
-    from p2prl.node.netinit import NetworkSpec
+    from p2prl.node import NetworkSpec
 
     params = [
         _kw(
@@ -183,7 +183,7 @@ def network_show(
     trainer_key: str = typer.Option("", "--trainer-key", help="Also require this trainer public key (hex)."),
 ) -> None:
     """Verify a genesis file and print its contents."""
-    from p2prl.node.genesis import GenesisError, read_genesis
+    from p2prl.node import GenesisError, read_genesis
 
     try:
         sg = read_genesis(path, trainer_key)
@@ -262,8 +262,7 @@ def dashboard(
         raise typer.Exit(2)
     from rich.console import Console
 
-    from p2prl.dashboard.live import poll, run_dashboard
-    from p2prl.dashboard.view import render
+    from p2prl.dashboard import poll, render, run_dashboard
 
     if once:
         Console().print(render(poll(node_url)))

@@ -27,8 +27,7 @@ def diff(
     zstd_level: int = typer.Option(1, "--zstd-level", help="zstd level (1 is the default codec)."),
 ) -> None:
     """Write the patch that takes BASE to NEW; prints size, changed fraction, bits per change."""
-    from p2prl.patch.errors import PatchError
-    from p2prl.patch.files import diff_files
+    from p2prl.patch import PatchError, diff_files
 
     try:
         stats = diff_files(base, new, out, zstd_level=zstd_level)
@@ -47,8 +46,7 @@ def apply(
     out: Path = typer.Option(..., "--out", "-o", help="Where to write the patched weights (.safetensors)."),
 ) -> None:
     """Apply PATCH to BASE; writes OUT only if the result hash matches the one in the patch."""
-    from p2prl.patch.errors import PatchError
-    from p2prl.patch.files import apply_files
+    from p2prl.patch import PatchError, apply_files
 
     try:
         h = apply_files(base, patch, out)
@@ -63,8 +61,7 @@ def inspect(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Print a patch's header and per-tensor counts and sizes."""
-    from p2prl.patch.errors import PatchError
-    from p2prl.patch.inspect import inspect_patch
+    from p2prl.patch import PatchError, inspect_patch
 
     try:
         info = inspect_patch(patch.read_bytes())

@@ -49,8 +49,8 @@ def train_local(
     ),
 ) -> None:
     """Run generation, reward, replay buffer and GRPO in one process."""
-    from p2prl.rl.local import DEFAULT_LR, LocalConfig, default_cache_dir
-    from p2prl.rl.local import train_local as run
+    from p2prl.rl import DEFAULT_LR, LocalConfig, default_cache_dir
+    from p2prl.rl import train_local as run
 
     cfg = LocalConfig(
         minutes=minutes,
@@ -71,7 +71,7 @@ def train_local(
         system_prompt=system_prompt,
         device=device,
     )
-    from p2prl.rl.distributed import launched, rank
+    from p2prl.rl import launched, rank
 
     if launched() and rank() != 0:  # a follower rank under torchrun: rank 0 reports
         run(cfg)

@@ -15,8 +15,7 @@ def status(
     """Show one node's role, version against the trainer's, sync state, peers, traffic and reward."""
     from rich.console import Console
 
-    from p2prl.dashboard import fetch_status
-    from p2prl.dashboard.summary import status_summary
+    from p2prl.dashboard import fetch_status, status_summary
 
     if "://" not in url:
         url = "http://" + url

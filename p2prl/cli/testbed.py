@@ -16,7 +16,7 @@ app = typer.Typer(
 
 
 def _specs(hosts: int, nat: int, link_mbit: float, up_mbit: float, down_mbit: float) -> Any:
-    from p2prl.testbed.bed import hosts_spec
+    from p2prl.testbed import hosts_spec
 
     if not 0 <= nat <= hosts:
         raise typer.BadParameter(f"--nat {nat} must be between 0 and --hosts {hosts}")
@@ -31,7 +31,7 @@ _DOWN = typer.Option(0.0, "--down-mbit", help="Download rate (default --link-mbi
 
 
 def _check() -> None:
-    from p2prl.testbed.netns import unavailable_reason
+    from p2prl.testbed import unavailable_reason
 
     reason = unavailable_reason()
     if reason:
@@ -49,7 +49,7 @@ def up(
     tag: str = typer.Option("", "--tag", help="Name of the testbed (default: random)."),
 ) -> None:
     """Create a testbed that stays until ``p2prl testbed down --tag TAG``; prints its hosts as JSON."""
-    from p2prl.testbed.bed import Testbed
+    from p2prl.testbed import Testbed
 
     _check()
     specs = _specs(hosts, nat, link_mbit, up_mbit, down_mbit)
@@ -64,7 +64,7 @@ def down(
     all_: bool = typer.Option(False, "--all", help="Remove every testbed namespace (p2tb-*)."),
 ) -> None:
     """Stop the processes inside a testbed and delete its namespaces, links and NAT rules."""
-    from p2prl.testbed.bed import down_all
+    from p2prl.testbed import down_all
 
     if not tag and not all_:
         raise typer.BadParameter("give --tag TAG or --all")
@@ -79,7 +79,7 @@ def exec_(
     host: str = typer.Argument(..., help="Host name (h0, h1, ...)."),
 ) -> None:
     """Run a command inside one host: ``p2prl testbed exec TAG h0 -- p2prl node ...``."""
-    from p2prl.testbed.netns import PREFIX
+    from p2prl.testbed import PREFIX
 
     rc = subprocess.call(["ip", "netns", "exec", f"{PREFIX}{tag}-{host}", *ctx.args])
     raise typer.Exit(rc)
@@ -97,7 +97,7 @@ def run(
     """Bring a testbed up, run the command after ``--`` in every host ({host} and {ip} are replaced
     by the host's name and address), wait for all of them, and tear it down (also on Ctrl-C,
     SIGTERM, failure, or SIGKILL of this process: a watchdog removes what is left)."""
-    from p2prl.testbed.bed import Testbed
+    from p2prl.testbed import Testbed
 
     _check()
     if not ctx.args:

@@ -20,16 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from p2prl.crypto.keys import load_or_create_identity
-from p2prl.dashboard import fetch_status
-from p2prl.dashboard.live import run_dashboard
-from p2prl.dashboard.view import mean_reward, reward_ends, reward_series
+from p2prl.crypto import load_or_create_identity
+from p2prl.dashboard import fetch_status, mean_reward, reward_ends, reward_series, run_dashboard
 from p2prl.demo.supervisor import Supervisor, s3_missing
-from p2prl.net.identity import peer_id_for
-from p2prl.net.ports import free_port
-from p2prl.node.genesis import write_genesis
-from p2prl.node.netinit import NetworkSpec, describe_model, genesis_from_spec
-from p2prl.rl.tasks import pin_task_params
+from p2prl.net import free_port, peer_id_for
+from p2prl.node import NetworkSpec, describe_model, genesis_from_spec, write_genesis
+from p2prl.rl import pin_task_params
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +78,7 @@ class DemoOptions:
 
 
 def _default_cache() -> Path:
-    from p2prl.rl.local import default_cache_dir  # rl.local imports torch: not at the demo's start
+    from p2prl.rl import default_cache_dir  # its module imports torch: not at the demo's start
 
     return default_cache_dir()
 

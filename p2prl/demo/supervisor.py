@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from p2prl.net.ports import free_port
+from p2prl.net import free_port, public_read_policy
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,6 @@ class S3Server:
             aws_secret_access_key="testing",
         )
         client.create_bucket(Bucket=bucket)
-        from p2prl.net.s3 import public_read_policy
 
         client.put_bucket_policy(Bucket=bucket, Policy=public_read_policy(bucket))  # nodes read unsigned
 

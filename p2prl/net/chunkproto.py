@@ -27,7 +27,7 @@ from typing import Any
 
 import trio
 
-from p2prl.protocol.blobs import MAX_CHUNK_SIZE, MAX_CHUNKS
+from p2prl.protocol import MAX_CHUNK_SIZE, MAX_CHUNKS
 
 PROTOCOL_ID = "/p2prl/chunk/2.0.0"
 OP_HAVE = 1

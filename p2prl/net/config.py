@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from p2prl.net.s3 import S3Config
-from p2prl.protocol.messages import MAX_ENVELOPE_BYTES
+from p2prl.protocol import MAX_ENVELOPE_BYTES
 
 
 @dataclass

@@ -15,14 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from p2prl.crypto.envelope import Envelope, EnvelopeError
-from p2prl.crypto.replay import ReplayGuard
+from p2prl.crypto import Envelope, EnvelopeError, ReplayGuard
 from p2prl.lru import LRU
 from p2prl.net.config import Limits
 from p2prl.net.counters import Counters
 from p2prl.net.topics import TOPIC_TYPES, kind_of
-from p2prl.protocol.fields import MessageError
-from p2prl.protocol.messages import decode_message
+from p2prl.protocol import MessageError, decode_message
 from p2prl.reasons import QUIET_DROPS, STRIKE_REASONS, BanReason, GossipDrop, InputReason
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from p2prl.crypto.keys import Identity
+from p2prl.crypto import Identity
 
 
 def libp2p_key_pair(identity: Identity) -> Any:

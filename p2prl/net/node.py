@@ -25,8 +25,7 @@ from typing import Any
 
 import trio
 
-from p2prl.crypto.envelope import EnvelopeError
-from p2prl.crypto.keys import Identity
+from p2prl.crypto import EnvelopeError, Identity
 from p2prl.net import chunkproto as cp
 from p2prl.net import dialback
 from p2prl.net.bans import BanList
@@ -37,11 +36,10 @@ from p2prl.net.identity import libp2p_key_pair, peer_id_for
 from p2prl.net.liveness import ConnectionWatch
 from p2prl.net.partial import PartialStore
 from p2prl.net.refs import RefBook
+from p2prl.net.s3 import S3Mirror
 from p2prl.net.swarm import ChunkServer, Download, FetchError
 from p2prl.net.topics import TOPIC_TYPES, kind_of
-from p2prl.protocol.blobs import BlobRef
-from p2prl.protocol.fields import MessageError
-from p2prl.protocol.messages import decode_message
+from p2prl.protocol import BlobRef, MessageError, decode_message
 from p2prl.reasons import GossipDrop
 from p2prl.store import BlobStore
 
@@ -85,8 +83,6 @@ class P2PNode:
         self.partials = PartialStore(store, self.config.limits.max_partial_bytes)
         self.s3: Any = None
         if self.config.s3 is not None:
-            from p2prl.net.s3 import S3Mirror
-
             self.s3 = S3Mirror(self.config.s3, network_id)
         self._incoming: collections.deque[Incoming] = collections.deque()
         self._cond = threading.Condition()

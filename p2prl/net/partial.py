@@ -16,7 +16,7 @@ import os
 import threading
 from pathlib import Path
 
-from p2prl.protocol.blobs import BlobRef, chunk_spans
+from p2prl.protocol import BlobRef, chunk_spans
 from p2prl.store import BlobStore
 
 log = logging.getLogger(__name__)

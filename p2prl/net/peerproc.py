@@ -29,10 +29,10 @@ import random
 import time
 from typing import Any
 
-from p2prl.crypto.keys import Identity
+from p2prl.crypto import Identity
 from p2prl.net.config import Limits, NetConfig
 from p2prl.net.s3 import S3Config
-from p2prl.protocol.blobs import BlobRef
+from p2prl.protocol import BlobRef
 from p2prl.store import BlobStore
 
 
@@ -64,7 +64,7 @@ def _server_class(behaviour: str, delay_s: float) -> type[Any]:
 
 def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, Any]) -> None:
     if opts.get("netns"):  # a testbed host: enter its namespace before any socket exists
-        from p2prl.testbed.netns import enter
+        from p2prl.testbed import enter
 
         enter(opts["netns"])
     # trio and libp2p load only now, inside the host's namespace

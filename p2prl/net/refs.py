@@ -13,7 +13,7 @@ import hashlib
 import threading
 
 from p2prl.lru import LRU
-from p2prl.protocol.blobs import MAX_CHUNK_SIZE, MAX_CHUNKS, MIN_CHUNK_SIZE, BlobRef, chunk_spans
+from p2prl.protocol import MAX_CHUNK_SIZE, MAX_CHUNKS, MIN_CHUNK_SIZE, BlobRef, chunk_spans
 from p2prl.store import BlobStore, StoreError
 
 COMPUTES_PER_BLOB = 4  # times a peer may make us hash one held blob whose ref we do not know

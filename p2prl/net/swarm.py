@@ -30,7 +30,7 @@ from p2prl.net.counters import Counters
 from p2prl.net.pacing import UploadPacer
 from p2prl.net.partial import PartialBlob, PartialStore
 from p2prl.net.refs import RefBook
-from p2prl.protocol.blobs import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, BlobRef
+from p2prl.protocol import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, BlobRef
 from p2prl.reasons import BanReason
 from p2prl.store import BlobStore, StoreError
 

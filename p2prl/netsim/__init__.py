@@ -4,3 +4,8 @@ It drives the swarm's own decisions (``p2prl.net.selection``: rarest-first chunk
 complete holders, superseeding; ``p2prl.net.pacing``: the upload cap) over simulated links, chunk
 by chunk, and compares the swarm with a star and a relay tree on the same links.
 """
+
+from p2prl.netsim.population import Spec
+from p2prl.netsim.report import run_all
+
+__all__ = ["Spec", "run_all"]

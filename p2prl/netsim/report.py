@@ -7,7 +7,7 @@ import math
 import time
 from typing import Any
 
-from p2prl.net.config import NetConfig
+from p2prl.net import NetConfig
 from p2prl.netsim.baselines import StarSim, TreeSim
 from p2prl.netsim.population import Population, Spec, build
 from p2prl.netsim.swarm import SwarmSim

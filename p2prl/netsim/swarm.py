@@ -16,9 +16,8 @@ import math
 import random
 from typing import Any
 
+from p2prl.net import NetConfig, UploadPacer
 from p2prl.net import selection as sel
-from p2prl.net.config import NetConfig
-from p2prl.net.pacing import UploadPacer
 from p2prl.netsim.links import Flow, Links, Sim
 from p2prl.netsim.population import Population, Spec
 

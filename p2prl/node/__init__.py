@@ -1,0 +1,32 @@
+"""A p2prl node: configuration, the genesis, the three roles and their threads, weight sync, status.
+
+Its names load on first use (the roles import torch), so the command line's light commands stay light.
+"""
+
+from typing import TYPE_CHECKING
+
+from p2prl.lazyexports import lazy_exports
+
+if TYPE_CHECKING:
+    from p2prl.node.config import ENV_PREFIX, ConfigError, NodeConfig, load_config
+    from p2prl.node.genesis import GenesisError, read_genesis, write_genesis
+    from p2prl.node.netinit import NetworkSpec, describe_model, genesis_from_spec, init_network
+    from p2prl.node.runtime import NodeStartError, run_node
+
+__all__ = [
+    "ENV_PREFIX",
+    "ConfigError",
+    "GenesisError",
+    "NetworkSpec",
+    "NodeConfig",
+    "NodeStartError",
+    "describe_model",
+    "genesis_from_spec",
+    "init_network",
+    "load_config",
+    "read_genesis",
+    "run_node",
+    "write_genesis",
+]
+
+__getattr__ = lazy_exports(__name__)

@@ -17,8 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from p2prl.protocol.blobs import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, blob_ref_for
-from p2prl.protocol.sections import AssetSpec
+from p2prl.protocol import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, AssetSpec, blob_ref_for
 
 log = logging.getLogger(__name__)
 MODEL_FILES_ASSET = "model_files"
@@ -81,7 +80,7 @@ def fetch_asset(ctx: Any, asset: AssetSpec) -> bytes:
 
 def install_model_files(data: bytes, target: Path) -> Path:
     """Unpack a verified model-files blob into ``target`` (atomically: a crash leaves none or all)."""
-    from p2prl.rl.modeldir import unpack_files
+    from p2prl.rl import unpack_files  # its module imports torch: only a joining node unpacks
 
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)

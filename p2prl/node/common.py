@@ -7,16 +7,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from p2prl.node.assets import AssetError, fetch_asset, install_model_files, publish_asset
 from p2prl.node.context import NodeContext, NodeStartError
-from p2prl.node.weights import Weights, load_base_model, load_saved_weights
-from p2prl.patch.manifests import ManifestStore
+from p2prl.node.weights import Weights, load_base_model, load_saved_weights, model_dir_for
+from p2prl.patch import ManifestStore
+from p2prl.rl import GenerationParams, HFEngine, ModelDirError, get_task, pack_files, pick_device
 
 log = logging.getLogger(__name__)
 
 
 def generation_params(ctx: NodeContext, seed: int = 0) -> Any:
-    from p2prl.rl.engine import GenerationParams
-
     g = ctx.g.generation
     return GenerationParams(
         max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p, seed=seed
@@ -33,8 +33,6 @@ def groups_per_batch(ctx: NodeContext) -> int:
 
 def task_of(ctx: NodeContext) -> Any:
     """The genesis task (a plugin one too); a task this machine cannot build stops the node clearly."""
-    from p2prl.rl.tasks import get_task
-
     t = ctx.g.task
     try:
         task = get_task(t.name, **t.params)
@@ -52,16 +50,9 @@ def base_model(ctx: NodeContext, strict: bool) -> tuple[Any, Any, dict[str, Any]
     """The genesis model for this node (its ``--model`` copy, the cache, the built-in one, or the
     files fetched from the network), checked against the genesis; a mismatch stops the node with a
     one-line reason."""
-    from p2prl.node.assets import AssetError
-    from p2prl.node.context import NodeStartError
-    from p2prl.rl.model import pick_device
-    from p2prl.rl.modeldir import ModelDirError
-
     cfg = ctx.config
 
     def fetch(target: Path) -> Path:
-        from p2prl.node.assets import fetch_asset, install_model_files
-
         return install_model_files(fetch_asset(ctx, ctx.g.asset(ctx.g.model.files_sha256)), target)
 
     try:
@@ -75,11 +66,6 @@ def base_model(ctx: NodeContext, strict: bool) -> tuple[Any, Any, dict[str, Any]
 def publish_model_files(ctx: NodeContext) -> None:
     """Trainer: serve the genesis model's non-weight files (the ``model_files`` asset) to joining
     nodes, from its store and the S3 mirror. Its local files must be exactly the genesis ones."""
-    from p2prl.node.assets import AssetError, publish_asset
-    from p2prl.node.context import NodeStartError
-    from p2prl.node.weights import model_dir_for
-    from p2prl.rl.modeldir import pack_files
-
     spec = ctx.g.model
     if not spec.files_sha256:
         return
@@ -131,8 +117,6 @@ class SyncedRole:
 
 def open_synced_role(ctx: NodeContext, name: str) -> SyncedRole:
     """The role's data directory, its manifest store, an engine and the weights to start from."""
-    from p2prl.rl.engine import HFEngine
-
     d = ctx.data_dir / name
     d.mkdir(parents=True, exist_ok=True)
     book = ManifestStore(ctx.network_id, ctx.genesis.trainer_key, d / "manifests")

@@ -15,16 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from p2prl.crypto.keys import Identity
-from p2prl.net.topics import topic
+from p2prl.crypto import Identity
+from p2prl.net import topic
 from p2prl.node.config import NodeConfig
 from p2prl.node.genesis import SignedGenesis
 from p2prl.node.port import NetPort
 from p2prl.node.pump import Handler, Pump
 from p2prl.node.status import NodeStatus
-from p2prl.protocol.blobs import BlobRef
-from p2prl.protocol.messages import Genesis, encode_message
-from p2prl.protocol.sections import GenerationSpec
+from p2prl.proof import MAGIC, SKETCH_DIM, BatchLimits
+from p2prl.protocol import BlobRef, GenerationSpec, Genesis, encode_message
 from p2prl.store import BlobStore
 
 log = logging.getLogger(__name__)
@@ -133,9 +132,6 @@ def rollout_blob_bound(generation: GenerationSpec) -> int:
     (4), a behaviour logprob (4) and a sketch (SKETCH_DIM); capped at the decoder's 64 MiB bound,
     plus zstd's worst-case growth of incompressible input.
     """
-    from p2prl.proof.batch import MAGIC, BatchLimits
-    from p2prl.proof.fingerprint import SKETCH_DIM
-
     lim = BatchLimits()
     groups = min(generation.groups_per_batch, lim.max_groups)
     per_group = min(generation.group_size, lim.max_rollouts_per_group)

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from p2prl.atomicfile import PUBLIC, write_atomic
-from p2prl.crypto.envelope import EnvelopeError
-from p2prl.crypto.keys import Identity
+from p2prl.crypto import EnvelopeError, Identity
+from p2prl.protocol import Genesis, MessageError, decode_message, encode_message
 from p2prl.protocol import sections as sec
-from p2prl.protocol.messages import Genesis, MessageError, decode_message, encode_message
 
 GENESIS_FORMAT = "p2prl-genesis-v1"
 MAX_GENESIS_FILE = 1024 * 1024

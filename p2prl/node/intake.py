@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from p2prl.lru import LRU
-from p2prl.protocol.messages import RolloutAnnouncement, Verdict
+from p2prl.protocol import RolloutAnnouncement, Verdict
 from p2prl.reasons import NodeDrop
 
 PER_SIGNER = 16  # announcements held per signer

@@ -21,8 +21,9 @@ from p2prl.node.common import generation_params, group_size, groups_per_batch, o
 from p2prl.node.context import NodeContext
 from p2prl.node.sync import WeightSync
 from p2prl.node.weights import Weights, sha256_of_state
-from p2prl.protocol.blobs import blob_ref_for
-from p2prl.protocol.messages import PatchManifest, RolloutAnnouncement, Verdict
+from p2prl.proof import build_batch, commitment_root, encode_batch
+from p2prl.protocol import PatchManifest, RolloutAnnouncement, Verdict, blob_ref_for
+from p2prl.rl import derive_seed
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +122,6 @@ class Miner:
 
     def produce_batch(self) -> RolloutAnnouncement:
         """Generate, score, commit and announce one batch on the active version."""
-        from p2prl.proof.batch import build_batch, commitment_root, encode_batch
-        from p2prl.rl.tasks import derive_seed
-
         ctx, w = self.ctx, self.active
         mhash = self.manifest_hash(w)
         key = ctx.identity.public_key

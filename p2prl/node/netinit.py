@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from p2prl.crypto.keys import KeyFileError, load_identity, load_or_create_identity
+from p2prl.crypto import KeyFileError, load_identity, load_or_create_identity
+from p2prl.node.assets import MODEL_FILES_ASSET, asset_for
 from p2prl.node.genesis import SignedGenesis, make_genesis, write_genesis
-from p2prl.protocol import is_hex
-from p2prl.protocol.sections import (
+from p2prl.protocol import (
     AssetSpec,
     GenerationSpec,
     ModelSpec,
@@ -24,7 +24,9 @@ from p2prl.protocol.sections import (
     PromptSpec,
     S3Spec,
     TaskSpec,
+    is_hex,
 )
+from p2prl.rl import pin_task_params
 
 FLAGGED_SECTIONS: tuple[type, ...] = (PromptSpec, TaskSpec, GenerationSpec, PatchSpec, S3Spec)
 
@@ -102,8 +104,8 @@ def _validator_key(v: str) -> str:
 
 def base_model_info(model_cache: Path) -> ModelSpec:
     """Build (or reuse) the default model and describe it for genesis (each node rebuilds it)."""
-    from p2prl.rl.model import build_default_model, model_meta
-    from p2prl.rl.modeldir import config_sha256, tokenizer_sha256
+    # rl's model modules import torch: `p2prl network show` and the demo's start need none
+    from p2prl.rl import build_default_model, config_sha256, model_meta, tokenizer_sha256
 
     path = build_default_model(Path(model_cache))
     meta = model_meta(path)
@@ -154,10 +156,8 @@ def describe_model(spec: Any, model_cache: Path) -> tuple[ModelSpec, tuple[int, 
     """The genesis model section, stop ids and assets for ``spec`` (its ``--model`` directory, else the
     built-in model), after checking the prompt format works with the tokenizer (callers check the task).
     A directory's non-weight files become the ``model_files`` asset a joining node fetches."""
-    from p2prl.node.assets import MODEL_FILES_ASSET, asset_for
-    from p2prl.rl.model import build_default_model
-    from p2prl.rl.modeldir import describe, pack_files, stop_ids_of
-    from p2prl.rl.tokenizer import load_tokenizer
+    # torch, as in base_model_info
+    from p2prl.rl import build_default_model, describe, load_tokenizer, pack_files, stop_ids_of
 
     prompt = section_of(spec, PromptSpec)
     assets: tuple[AssetSpec, ...] = ()
@@ -175,8 +175,6 @@ def describe_model(spec: Any, model_cache: Path) -> tuple[ModelSpec, tuple[int, 
 def init_network(spec: Any, *, key_path: Path, model_cache: Path, out: Path) -> SignedGenesis:
     """Check everything first (task, model directory, prompt format), then create the trainer key if
     needed, sign and write the genesis file: a failed check writes nothing."""
-    from p2prl.rl.tasks import pin_task_params
-
     # a data-backed task's file hash is pinned here (an unknown task or bad params fail first)
     spec = dataclasses.replace(spec, task_params=pin_task_params(spec.task, spec.task_params))
     model, stops, assets = describe_model(spec, model_cache)

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import os
 
-from p2prl.crypto.keys import Identity
-from p2prl.net.config import NetConfig
-from p2prl.net.identity import peer_id_for, peer_id_of_public_key
-from p2prl.net.s3 import S3Config
+from p2prl.crypto import Identity
+from p2prl.net import NetConfig, S3Config, peer_id_for, peer_id_of_public_key
 from p2prl.node.config import NodeConfig
 from p2prl.node.genesis import SignedGenesis
-from p2prl.protocol.messages import Genesis, PatchManifest, Scores, Verdict
-from p2prl.protocol.sections import S3Spec
+from p2prl.protocol import Genesis, PatchManifest, S3Spec, Scores, Verdict
 
 
 def allowed_signers(sg: SignedGenesis) -> dict[str, set[bytes]]:

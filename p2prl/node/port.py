@@ -11,9 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from p2prl.net.dialer import DialHost
-from p2prl.net.gossip import Incoming
-from p2prl.protocol.blobs import BlobRef
+from p2prl.net import DialHost, Incoming
+from p2prl.protocol import BlobRef
 
 
 @runtime_checkable

@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from p2prl.net.dialer import Dialer
-from p2prl.protocol.messages import Heartbeat
+from p2prl.net import Dialer
+from p2prl.protocol import Heartbeat
 from p2prl.reasons import NodeDrop
 
 if TYPE_CHECKING:

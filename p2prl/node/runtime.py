@@ -50,6 +50,7 @@ class RunningNode:
 
 
 def make_role(ctx: NodeContext) -> Any:
+    """The node's role; only that role's module is imported (a miner loads no learner)."""
     role = ctx.config.role
     if role == "miner":
         from p2prl.node.miner import Miner

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from p2prl.crypto.keys import Identity, KeyFileError, load_or_create_identity
-from p2prl.net.topics import topic
+from p2prl.crypto import Identity, KeyFileError, load_or_create_identity
+from p2prl.net import topic
 from p2prl.node.config import NodeConfig
 from p2prl.node.context import NodeContext, NodeStartError
 from p2prl.node.genesis import GenesisError, SignedGenesis, pin_genesis, read_genesis
@@ -38,7 +38,7 @@ def load_genesis_for(cfg: NodeConfig) -> tuple[Identity, SignedGenesis]:
 
 def build_context(cfg: NodeConfig) -> NodeContext:
     """Verify genesis, load the identity, open the store and start the network host."""
-    from p2prl.net.node import P2PNode  # trio and libp2p load only when a host starts
+    from p2prl.net import P2PNode  # trio and libp2p load only when a host starts
 
     identity, sg = load_genesis_for(cfg)
     store = BlobStore(cfg.data_dir / "blobs", cfg.store_max_bytes)

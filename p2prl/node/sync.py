@@ -18,10 +18,8 @@ from typing import Any
 
 from p2prl.node.context import NodeContext
 from p2prl.node.weights import Weights, save_weights
-from p2prl.patch.errors import PatchError
-from p2prl.patch.hashing import weights_hash
-from p2prl.patch.manifests import ManifestError, ManifestStore
-from p2prl.protocol.messages import PatchManifest
+from p2prl.patch import ManifestError, ManifestStore, PatchError, materialize, plan_sync, weights_hash
+from p2prl.protocol import PatchManifest
 from p2prl.reasons import NodeDrop
 
 log = logging.getLogger(__name__)
@@ -177,8 +175,6 @@ class WeightSync:
     # -- one sync step -----------------------------------------------------------
     def advance(self, base: Weights, target: PatchManifest) -> Weights:
         """Build the verified weights of ``target`` from ``base`` (or from an anchor)."""
-        from p2prl.patch.chain import materialize, plan_sync
-
         manifests = self.book.all()
         t0 = time.monotonic()
         have_v, have_h = (None, None) if self._slow or not base.hash else (base.version, base.hash)

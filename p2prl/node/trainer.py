@@ -26,18 +26,15 @@ from p2prl.node.context import NodeContext
 from p2prl.node.trainer_intake import FETCH_THREADS, RolloutIntake
 from p2prl.node.trainer_learner import Learner, Mailbox
 from p2prl.node.trainer_publisher import Publisher
-from p2prl.protocol.messages import PatchManifest, RolloutAnnouncement, Verdict
+from p2prl.patch import ChainPublisher
+from p2prl.protocol import PatchManifest, RolloutAnnouncement, Verdict
+from p2prl.rl import GRPOConfig, ReplayBuffer, make_learner
 
 log = logging.getLogger(__name__)
 
 
 class Trainer:
     def __init__(self, ctx: NodeContext) -> None:
-        from p2prl.patch.chain import ChainPublisher
-        from p2prl.rl.buffer import ReplayBuffer
-        from p2prl.rl.distributed import make_learner
-        from p2prl.rl.grpo import GRPOConfig
-
         self.ctx = ctx
         cfg = ctx.config
         self.dir = ctx.data_dir / "trainer"

@@ -17,8 +17,10 @@ from typing import Any
 
 from p2prl.node.context import NodeContext
 from p2prl.node.intake import Intake
-from p2prl.protocol.messages import RolloutAnnouncement, Verdict
+from p2prl.proof import decode_batch
+from p2prl.protocol import RolloutAnnouncement, Verdict
 from p2prl.reasons import HARD_FAILURES, NodeDrop
+from p2prl.rl import Rollout, RolloutGroup
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +30,6 @@ FETCH_THREADS = 4
 
 def batch_to_groups(data: bytes, accepted: set[int], miner_hex: str, version: int) -> list[Any]:
     """The accepted groups of a rollout blob as RolloutGroups (strict decoder; header must match)."""
-    from p2prl.proof.batch import decode_batch
-    from p2prl.rl.types import Rollout, RolloutGroup
-
     batch = decode_batch(data)
     if batch.version != version or batch.miner.hex() != miner_hex:
         raise ValueError("batch header does not match its announcement")

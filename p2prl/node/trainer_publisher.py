@@ -18,8 +18,8 @@ import torch
 from p2prl.node.context import NodeContext
 from p2prl.node.trainer_learner import Mailbox
 from p2prl.node.weights import sha256_of_state
-from p2prl.patch.hashing import weights_hash
-from p2prl.protocol.messages import PatchManifest
+from p2prl.patch import weights_hash
+from p2prl.protocol import PatchManifest
 
 log = logging.getLogger(__name__)
 

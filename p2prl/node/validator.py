@@ -24,7 +24,15 @@ from p2prl.node.context import NodeContext
 from p2prl.node.judgequeue import JudgeQueue, key_of
 from p2prl.node.sync import WeightSync
 from p2prl.node.weights import Weights, sha256_of_state
-from p2prl.protocol.messages import PatchManifest, RolloutAnnouncement
+from p2prl.proof import (
+    RolloutValidator,
+    ScoreBook,
+    ValidatorConfig,
+    calibrate_tolerances,
+    reject_all,
+    to_verdict,
+)
+from p2prl.protocol import PatchManifest, RolloutAnnouncement
 from p2prl.reasons import NodeDrop, VerdictReason
 
 log = logging.getLogger(__name__)
@@ -81,10 +89,8 @@ def calibrated(model: Any, tok: Any, task: Any, gen: Any, manifest_hash: str, vc
     """``vcfg`` with tolerances from this engine's own honest drift (KV-cache generation at two batch
     sizes against the full forward), so a miner on the same engine with other or perturbed weights
     fails where the loose defaults would let a small perturbation through."""
-    from p2prl.proof.calibrate import calibrate
-
     t0 = time.monotonic()
-    cfg, drift = calibrate(model, tok, task, gen, manifest_hash, vcfg)
+    cfg, drift = calibrate_tolerances(model, tok, task, gen, manifest_hash, vcfg)
     log.info(
         "tolerances calibrated in %.1f s: fingerprint %.4f (rollout %.4f), logprob %.4f / %.4f; drift %s",
         time.monotonic() - t0,
@@ -99,8 +105,6 @@ def calibrated(model: Any, tok: Any, task: Any, gen: Any, manifest_hash: str, vc
 
 class Validator:
     def __init__(self, ctx: NodeContext) -> None:
-        from p2prl.proof.validate import RolloutValidator, ValidatorConfig
-
         self.ctx = ctx
         role = open_synced_role(ctx, "validator")
         self.dir, self.book, self.engine, tok = role.dir, role.book, role.engine, role.tok
@@ -222,8 +226,6 @@ class Validator:
         would fail it as ``duplicate_index`` and zero an honest miner. Another key announcing the
         same blob id is judged on its own (and fails: the batch names its real miner).
         """
-        from p2prl.proof.validate import reject_all, to_verdict
-
         ctx = self.ctx
         ann: RolloutAnnouncement = item.message
         miner = item.envelope.signer
@@ -320,6 +322,4 @@ class Validator:
 
 
 def _make_scores(ctx: NodeContext) -> Any:
-    from p2prl.proof.scores import ScoreBook
-
     return ScoreBook(ctx.config.score_window)

@@ -20,18 +20,20 @@ from typing import Any
 import torch
 
 from p2prl.atomicfile import write_atomic
-from p2prl.patch.hashing import sorted_names, weights_hash
-from p2prl.rl.model import build_default_model, clone_state, unique_state
-from p2prl.rl.modeldir import (
+from p2prl.patch import sorted_names, weights_hash
+from p2prl.rl import (
     ModelDirError,
+    build_default_model,
     check_files,
+    clone_state,
     config_sha256,
     has_weights,
+    load_tokenizer,
     load_weights_model,
     model_from_config,
     tokenizer_sha256,
+    unique_state,
 )
-from p2prl.rl.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 State = dict[str, torch.Tensor]

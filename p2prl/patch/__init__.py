@@ -4,16 +4,28 @@ The codec, hashing and file commands import no torch (``p2prl patch diff`` start
 torch's import time); the chain, which holds torch state dicts, is loaded on first use.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from p2prl.lazyexports import lazy_exports
 from p2prl.patch.apply import PatchApplier, apply_patch
 from p2prl.patch.dtypes import changed_fraction
 from p2prl.patch.encode import PatchEncoder, PatchStats, encode_patch, iter_patch
 from p2prl.patch.errors import PatchError, PatchReason
+from p2prl.patch.files import apply_files, diff_files
 from p2prl.patch.format import CODEC
-from p2prl.patch.hashing import weights_hash, weights_hash_file
+from p2prl.patch.hashing import sorted_names, weights_hash, weights_hash_file
 from p2prl.patch.inspect import inspect_patch
 from p2prl.patch.manifests import ManifestError, ManifestStore, manifest_file_name, open_manifest
+
+if TYPE_CHECKING:
+    from p2prl.patch.chain import (
+        ChainPublisher,
+        Published,
+        PublishedVersion,
+        materialize,
+        plan_sync,
+        retention,
+    )
 
 __all__ = [
     "CODEC",
@@ -27,8 +39,10 @@ __all__ = [
     "PatchStats",
     "Published",
     "PublishedVersion",
+    "apply_files",
     "apply_patch",
     "changed_fraction",
+    "diff_files",
     "encode_patch",
     "inspect_patch",
     "iter_patch",
@@ -37,23 +51,9 @@ __all__ = [
     "open_manifest",
     "plan_sync",
     "retention",
+    "sorted_names",
     "weights_hash",
     "weights_hash_file",
 ]
 
-_CHAIN = {
-    "ChainPublisher",
-    "Published",
-    "PublishedVersion",
-    "materialize",
-    "plan_sync",
-    "retention",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _CHAIN:
-        from p2prl.patch import chain
-
-        return getattr(chain, name)
-    raise AttributeError(f"module 'p2prl.patch' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__)

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from p2prl.atomicfile import write_atomic
-from p2prl.crypto.keys import Identity
+from p2prl.crypto import Identity
 from p2prl.patch.anchors import ANCHOR_CODEC, decode_anchor, encode_anchor
 from p2prl.patch.apply import PatchApplier
 from p2prl.patch.encode import PatchEncoder
@@ -25,8 +25,7 @@ from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.patch.format import CODEC
 from p2prl.patch.hashing import weights_hash
 from p2prl.patch.manifests import ManifestStore
-from p2prl.protocol.blobs import DEFAULT_CHUNK_SIZE, blob_ref_for
-from p2prl.protocol.messages import PatchManifest, encode_message
+from p2prl.protocol import DEFAULT_CHUNK_SIZE, PatchManifest, blob_ref_for, encode_message
 from p2prl.store import BlobStore, StoreError
 
 STATE_FILE = "chain.json"

@@ -9,7 +9,7 @@ from typing import Any
 
 import zstandard
 
-from p2prl.crypto.canonical import CanonicalError, canonical_bytes, canonical_loads
+from p2prl.crypto import CanonicalError, canonical_bytes, canonical_loads
 from p2prl.patch.dtypes import BY_NAME
 from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.protocol import is_hex

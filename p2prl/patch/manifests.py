@@ -19,9 +19,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from p2prl.atomicfile import write_atomic
-from p2prl.crypto.envelope import EnvelopeError
+from p2prl.crypto import EnvelopeError
 from p2prl.patch.errors import PatchError, PatchReason
-from p2prl.protocol.messages import MessageError, PatchManifest, decode_message
+from p2prl.protocol import MessageError, PatchManifest, decode_message
 
 log = logging.getLogger(__name__)
 

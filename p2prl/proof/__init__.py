@@ -1,2 +1,42 @@
 """Proof of checkpoint identity: hidden-state fingerprints, the rollout batch blob, the validator's
-checks and per-miner scores (docs/PROOF.md). Importing the package does not import torch."""
+checks and per-miner scores (docs/PROOF.md).
+
+Importing the package does not import torch: its names load on first use (the validator's checks
+recompute with torch).
+"""
+
+from typing import TYPE_CHECKING
+
+from p2prl.lazyexports import lazy_exports
+
+if TYPE_CHECKING:
+    from p2prl.proof.batch import MAGIC, BatchLimits, build_batch, commitment_root, decode_batch, encode_batch
+    from p2prl.proof.calibrate import calibrate as calibrate_tolerances
+    from p2prl.proof.fingerprint import SKETCH_DIM
+    from p2prl.proof.miner import mine_batch
+    from p2prl.proof.scores import ScoreBook
+    from p2prl.proof.validate import (
+        RolloutValidator,
+        ValidatorConfig,
+        reject_all,
+        to_verdict,
+    )
+
+__all__ = [
+    "MAGIC",
+    "SKETCH_DIM",
+    "BatchLimits",
+    "RolloutValidator",
+    "ScoreBook",
+    "ValidatorConfig",
+    "build_batch",
+    "calibrate_tolerances",
+    "commitment_root",
+    "decode_batch",
+    "encode_batch",
+    "mine_batch",
+    "reject_all",
+    "to_verdict",
+]
+
+__getattr__ = lazy_exports(__name__)

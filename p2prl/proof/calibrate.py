@@ -14,6 +14,7 @@ from typing import Any
 
 from p2prl.proof.miner import mine_batch
 from p2prl.proof.validate import RolloutValidator, ValidatorConfig
+from p2prl.rl import HFEngine
 
 CAL_MINER = b"\xca" * 32
 
@@ -51,8 +52,6 @@ def calibrate(
     bf16 step apart is 0.0625 at |z| ≥ 8, past the 0.05 per-token floor that once rejected an honest
     rollout of the default model in a demo. The floor (0.025, 0.125 for the maximum) is what remains
     for an engine's other numerics."""
-    from p2prl.rl.engine import HFEngine
-
     loose = dataclasses.replace(
         base,
         fingerprint_tol=1.0,

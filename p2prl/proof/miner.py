@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from p2prl.proof.batch import RolloutBatch, build_batch, commitment_root, encode_batch
-from p2prl.protocol.blobs import blob_ref_for
-from p2prl.protocol.messages import RolloutAnnouncement
+from p2prl.protocol import RolloutAnnouncement, blob_ref_for
+from p2prl.rl import derive_seed
 
 
 @dataclass
@@ -41,8 +41,6 @@ def mine_batch(
     params: Any,
 ) -> PreparedBatch:
     """Generate ``group_size`` completions for each of the miner's derived prompts ``indices``."""
-    from p2prl.rl.tasks import derive_seed
-
     tok = engine.tokenizer
     problems = [task.problem(derive_seed(manifest_hash, miner_key, i)) for i in indices]
     prompts = [tok.encode_prompt(p.prompt) for p in problems]

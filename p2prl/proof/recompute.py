@@ -83,7 +83,7 @@ def token_scores(
     test stays conservative)."""
     import torch
 
-    from p2prl.rl.engine import processed_logprobs
+    from p2prl.rl import processed_logprobs  # torch, as above: importing proof/ costs none
 
     t = temperature if temperature > 0 else 1.0
     tgt = torch.as_tensor(targets.astype(np.int64))[:, None]

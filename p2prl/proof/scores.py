@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from p2prl.protocol.messages import Scores
+from p2prl.protocol import Scores
 
 PER_MESSAGE = 1024  # entries per Scores message: about 80 KiB, under its 128 KiB bound
 

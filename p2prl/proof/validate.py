@@ -25,9 +25,10 @@ from p2prl.lru import LRU
 from p2prl.proof.batch import BatchError, BatchLimits, RolloutBatch, commitment_root, decode_batch
 from p2prl.proof.fingerprint import SKETCH_DIM
 from p2prl.proof.recompute import Job, fisher_log_pvalues, iter_rollout_stats
-from p2prl.protocol.messages import GroupVerdict, RolloutAnnouncement, Verdict
+from p2prl.protocol import GroupVerdict, RolloutAnnouncement, Verdict
 from p2prl.reasons import HARD_FAILURES
 from p2prl.reasons import VerdictReason as R
+from p2prl.rl import Rollout, RolloutGroup, derive_seed
 
 
 @dataclass(frozen=True)
@@ -293,8 +294,6 @@ class RolloutValidator:
         """Shape and content of every group without the model: its prompt index is new, its size is
         the genesis group size, its prompt is the one derived for it, and every completion's length,
         stop tokens and reward are what the task gives. Returns the reasons and the tasks' problems."""
-        from p2prl.rl.tasks import derive_seed
-
         cfg = self.config
         reasons: list[str] = [R.OK] * len(batch.groups)
         problems: list[Any] = [None] * len(batch.groups)
@@ -448,8 +447,6 @@ class RolloutValidator:
         unique: list[int],
         stats: CheckStats,
     ) -> BatchVerdict:
-        from p2prl.rl.types import Rollout, RolloutGroup
-
         hard = any(r in HARD_FAILURES for r in reasons)
         if hard:  # a batch that lies anywhere earns nothing anywhere
             reasons = [r if r != R.OK else R.NOT_CHECKED for r in reasons]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from p2prl.crypto.canonical import canonical_bytes
+from p2prl.crypto import canonical_bytes
 from p2prl.protocol.fields import bad_body, check_hex, hex_field, int_field, list_field
 
 DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024

@@ -12,8 +12,7 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from p2prl.crypto.canonical import canonical_bytes
-from p2prl.crypto.keys import Identity
+from p2prl.crypto import Identity, canonical_bytes
 from p2prl.protocol.blobs import blob_ref_for
 from p2prl.protocol.messages import (
     Genesis,

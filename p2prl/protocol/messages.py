@@ -10,9 +10,15 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-from p2prl.crypto.canonical import canonical_bytes, canonical_loads
-from p2prl.crypto.envelope import Envelope, EnvelopeError, open_envelope, seal
-from p2prl.crypto.keys import Identity
+from p2prl.crypto import (
+    Envelope,
+    EnvelopeError,
+    Identity,
+    canonical_bytes,
+    canonical_loads,
+    open_envelope,
+    seal,
+)
 from p2prl.protocol.blobs import BlobRef
 from p2prl.protocol.fields import (
     MessageError,

@@ -12,6 +12,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from p2prl.protocol.blobs import BlobRef
 from p2prl.protocol.fields import bad_body, check_hex
 
 MAX_STR = 4096  # system prompts can be a paragraph; everything else is far shorter
@@ -102,8 +103,6 @@ class AssetSpec:
 
     @property
     def ref(self) -> Any:
-        from p2prl.protocol.blobs import BlobRef
-
         body = {"id": self.id, "size": self.size, "chunk_size": self.chunk_size, "chunks": list(self.chunks)}
         return BlobRef.from_body(body)
 

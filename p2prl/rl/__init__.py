@@ -1,4 +1,92 @@
 """The learning half of p2prl: tasks, rollout engines, GRPO and the replay buffer.
 
-Submodules import torch/transformers; import them directly (``p2prl.rl.tasks`` is torch-free).
+The tasks are torch-free and imported at once; every other name loads its module (torch,
+transformers) on first use, so importing the package costs no torch.
 """
+
+from typing import TYPE_CHECKING
+
+from p2prl.lazyexports import lazy_exports
+from p2prl.rl.tasks import derive_seed, get_task, parse_task_params, pin_task_params
+
+if TYPE_CHECKING:
+    from p2prl.rl.buffer import ReplayBuffer
+    from p2prl.rl.distributed import launched, make_learner, rank
+    from p2prl.rl.engine import GenerationParams, HFEngine, Sample, processed_logprobs, teacher_forced
+    from p2prl.rl.grpo import GRPOConfig
+    from p2prl.rl.local import DEFAULT_LR, LocalConfig, default_cache_dir, train_local
+    from p2prl.rl.model import (
+        ARCH,
+        BIG_ARCH,
+        build_default_model,
+        clone_state,
+        load_model,
+        model_meta,
+        pick_device,
+        random_qwen2,
+        unique_state,
+        weights_hash,
+    )
+    from p2prl.rl.modeldir import (
+        ModelDirError,
+        check_files,
+        config_sha256,
+        describe,
+        has_weights,
+        load_weights_model,
+        model_from_config,
+        pack_files,
+        stop_ids_of,
+        tokenizer_sha256,
+        unpack_files,
+    )
+    from p2prl.rl.tokenizer import CharTokenizer, load_tokenizer
+    from p2prl.rl.types import Rollout, RolloutGroup
+
+__all__ = [
+    "ARCH",
+    "BIG_ARCH",
+    "DEFAULT_LR",
+    "CharTokenizer",
+    "GRPOConfig",
+    "GenerationParams",
+    "HFEngine",
+    "LocalConfig",
+    "ModelDirError",
+    "ReplayBuffer",
+    "Rollout",
+    "RolloutGroup",
+    "Sample",
+    "build_default_model",
+    "check_files",
+    "clone_state",
+    "config_sha256",
+    "default_cache_dir",
+    "derive_seed",
+    "describe",
+    "get_task",
+    "has_weights",
+    "launched",
+    "load_model",
+    "load_tokenizer",
+    "load_weights_model",
+    "make_learner",
+    "model_from_config",
+    "model_meta",
+    "pack_files",
+    "parse_task_params",
+    "pick_device",
+    "pin_task_params",
+    "processed_logprobs",
+    "random_qwen2",
+    "rank",
+    "stop_ids_of",
+    "teacher_forced",
+    "tokenizer_sha256",
+    "train_local",
+    "unique_state",
+    "unpack_files",
+    "weights_hash",
+]
+
+__getattr__ = lazy_exports(__name__)

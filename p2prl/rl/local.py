@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from p2prl.patch import changed_fraction
+from p2prl.rl import distributed
 from p2prl.rl.buffer import ReplayBuffer
 from p2prl.rl.cpu import torch_threads
 from p2prl.rl.distributed import make_learner, master_hash, world_size
@@ -76,8 +77,6 @@ def train_local(
     Under torchrun the learner is sharded over the ranks (``p2prl.rl.distributed``): rank 0 runs the
     loop and returns the summary, the other ranks serve its learner and return None.
     """
-    from p2prl.rl import distributed
-
     with torch_threads(cfg.threads) as threads:
         if distributed.launched() and distributed.rank() != 0:
             distributed.follow()

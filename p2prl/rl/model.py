@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from p2prl.patch import weights_hash as patch_hash
 from p2prl.rl.cpu import torch_threads
 from p2prl.rl.tasks import AdditionTask
 from p2prl.rl.tokenizer import CharTokenizer, TextTokenizer, load_tokenizer
@@ -88,8 +89,6 @@ def pick_device(name: str) -> str:
 def weights_hash(state: Mapping[str, Tensor]) -> str:
     """The network's weights hash (``p2prl.patch.hashing.weights_hash``: BLAKE3, canonical order) of
     tensors on any device (the hash reads bytes on the CPU)."""
-    from p2prl.patch.hashing import weights_hash as patch_hash
-
     return str(patch_hash({k: v if v.device.type == "cpu" else v.detach().cpu() for k, v in state.items()}))
 
 
@@ -152,7 +151,7 @@ def build_default_model(cache_dir: Path) -> Path:
     """
     from transformers import Qwen2ForCausalLM
 
-    from p2prl.rl.evaluate import greedy_success
+    from p2prl.rl.evaluate import greedy_success  # rl.evaluate -> rl.engine imports this module
 
     out = Path(cache_dir) / DEFAULT_MODEL_NAME
     if (out / META_FILE).exists():

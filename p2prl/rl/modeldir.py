@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from p2prl.protocol.sections import ModelSpec
+from p2prl.protocol import ModelSpec
+from p2prl.rl.model import unique_state, weights_hash
 
 CONFIG_FILE = "config.json"
 GENERATION_FILE = "generation_config.json"
@@ -202,7 +203,6 @@ def describe(directory: Path, name: str = "") -> tuple[ModelSpec, tuple[int, ...
     """Check and hash a model directory: what the genesis pins about it, its stop ids, the bf16 model."""
     from transformers import AutoTokenizer
 
-    from p2prl.rl.model import unique_state, weights_hash
 
     d = Path(directory)
     check_files(d)

@@ -14,6 +14,10 @@ from typing import Any
 
 import torch
 
+from p2prl.rl.model import warm_start
+from p2prl.rl.tasks import AdditionTask
+from p2prl.rl.tokenizer import TextTokenizer
+
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -117,10 +121,6 @@ def build_random_model_dir(
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     if warm_steps:
-        from p2prl.rl.model import warm_start
-        from p2prl.rl.tasks import AdditionTask
-        from p2prl.rl.tokenizer import TextTokenizer
-
         chat = TextTokenizer(tok, "chat")
         warm_start(
             model,
