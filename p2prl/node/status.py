@@ -68,6 +68,11 @@ class NodeStatus:
         with self._lock:
             self._gauges[name] = float(value)
 
+    def gauge_max(self, name: str, value: float) -> None:
+        """A gauge that only rises: the worst value seen (a validator's largest honest errors)."""
+        with self._lock:
+            self._gauges[name] = max(self._gauges.get(name, float("-inf")), float(value))
+
     def set_scores(self, scores: dict[str, int]) -> None:
         with self._lock:
             self._scores = dict(list(scores.items())[: MAX_LABELS * 64])

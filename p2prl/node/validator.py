@@ -85,6 +85,10 @@ class VersionCache:
         return w.hash, self.engine.model
 
 
+PROOF_TOLERANCES = ("fingerprint_tol", "fingerprint_tol_rollout", "logprob_tol_mean", "logprob_tol_max")
+PROOF_ERRORS = ("fingerprint_err_max", "fingerprint_err_group_max", "logprob_err_max")
+
+
 def calibrated(model: Any, tok: Any, task: Any, gen: Any, manifest_hash: str, vcfg: Any) -> Any:
     """``vcfg`` with tolerances from this engine's own honest drift (KV-cache generation at two batch
     sizes against the full forward), so a miner on the same engine with other or perturbed weights
@@ -139,6 +143,8 @@ class Validator:
         ctx.status.set(
             version=start.version, weights_hash=start.hash, weights_sha256=sha256_of_state(start.state)
         )
+        for k in PROOF_TOLERANCES:  # beside the largest errors seen (_record): how close honest miners come
+            ctx.status.gauge(f"proof_{k}", getattr(vcfg, k))
 
     # -- pump thread ----------------------------------------------------------------------
     def on_announcement(self, item: Any) -> None:
@@ -279,6 +285,8 @@ class Validator:
         for g in bv.groups:
             if not g.accepted:
                 st.incr_label("rejected", g.reason)
+        for k in PROOF_ERRORS:
+            st.gauge_max(f"proof_{k}", getattr(bv.stats, k))
         st.gauge("check_ms", secs * 1000)
         total = sum(r.reward for grp in bv.valid_groups for r in grp.rollouts)
         count = sum(len(grp.rollouts) for grp in bv.valid_groups)
