@@ -6,8 +6,6 @@ Marked ``gpu`` and skipped with the reason where torch sees no CUDA device.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import json
 import os
 import subprocess
@@ -50,53 +48,24 @@ def test_grpo_published_state_is_cpu_bf16_and_matches_the_master(model_cache: Pa
             assert torch.equal(v, ref.detach().to(torch.bfloat16).cpu()), k
 
 
-def _honest(miner_dev: str, validator_dev: str, model_cache: Path, n_batches: int) -> tuple[int, int]:
-    from p2prl.bench.proof import GROUP_SIZE, MINER_A, manifest_of, setups
-    from p2prl.proof.calibrate import calibrate
-    from p2prl.proof.miner import mine_batch
-    from p2prl.proof.validate import RolloutValidator, ValidatorConfig
-    from p2prl.rl.engine import HFEngine
-
-    s = setups(model_cache, ("tiny",))[0]
-    p = dataclasses.replace(s.params, max_new_tokens=8)
-    mh = manifest_of(s.model)
-    miner = copy.deepcopy(s.model).to(miner_dev)
-    val = copy.deepcopy(s.model).to(validator_dev)
-    base = ValidatorConfig(
-        max_new_tokens=p.max_new_tokens,
-        temperature=p.temperature,
-        top_p=p.top_p,
-        group_size=GROUP_SIZE,
-        groups_per_batch=8,
-        checked_per_group=0,
-    )
-    cfg, _ = calibrate(val, s.tokenizer, s.task, p, mh, base)
-    v = RolloutValidator.for_model(val, s.tokenizer, s.task, 5, mh, config=cfg)
-    n = acc = 0
-    for b in range(n_batches):
-        eng = HFEngine(miner, s.tokenizer, max_batch=32)
-        pb = mine_batch(
-            eng,
-            s.task,
-            5,
-            mh,
-            MINER_A,
-            list(range(8 * b, 8 * b + 8)),
-            GROUP_SIZE,
-            dataclasses.replace(p, seed=b),
-        )
-        verdict = v.check(pb.announcement, MINER_A, pb.blob, 5)
-        n += pb.batch.n_rollouts
-        acc += verdict.accepted_rollouts
-    return n, acc
-
-
 @pytest.mark.parametrize("validator_dev", ["cuda", "cpu"])
 def test_cuda_miner_is_accepted_by_a_validator_calibrated_on_its_own_device(
     validator_dev: str, model_cache: Path
 ) -> None:
-    n, acc = _honest("cuda", validator_dev, model_cache, 4)
-    assert (n, acc) == (256, 256)
+    from p2prl.bench.proof import honest_acceptance
+
+    r = honest_acceptance(
+        model_cache,
+        256,
+        ("tiny",),
+        batch_sizes=(32,),
+        threads=(torch.get_num_threads(),),
+        log=lambda *_: None,
+        miner_device="cuda",
+        validator_device=validator_dev,
+        max_new_tokens=8,
+    )
+    assert (r["rollouts"], r["accepted"]) == (256, 256), r
 
 
 @pytest.mark.slow
