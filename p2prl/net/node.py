@@ -37,6 +37,7 @@ from p2prl.net.liveness import ConnectionWatch
 from p2prl.net.partial import PartialStore
 from p2prl.net.refs import RefBook
 from p2prl.net.s3 import S3Mirror
+from p2prl.net.selection import provider_order
 from p2prl.net.swarm import ChunkServer, Download, FetchError
 from p2prl.net.topics import TOPIC_TYPES, kind_of
 from p2prl.protocol import BlobRef, MessageError, decode_message
@@ -575,8 +576,8 @@ class P2PNode:
     def providers(self, blob_id: str) -> list[str]:
         with self._cond:
             hinted = list(self._hints.get(blob_id, ()))
-        connected = sorted(self._connected_ids() - set(hinted))
-        return [p for p in hinted + connected if p not in self._banned and p != self.peer_id]
+        order = provider_order(self.peer_id, blob_id, hinted, self._connected_ids())
+        return [p for p in order if p not in self._banned and p != self.peer_id]
 
     async def open_chunk_stream(self, peer: str) -> Any:
         from libp2p.peer.id import ID
