@@ -222,7 +222,9 @@ def demo(
     testbed: bool = typer.Option(
         False, "--testbed", help="Every node on its own testbed host with rate-limited links (root; no S3)."
     ),
-    link_mbit: float = typer.Option(50.0, "--link-mbit", help="--testbed: each host's link, Mbit/s each way."),
+    link_mbit: float = typer.Option(
+        50.0, "--link-mbit", help="--testbed: each host's link, Mbit/s each way."
+    ),
     nat_miners: int = typer.Option(1, "--nat-miners", help="--testbed: miners behind their own NAT router."),
     churn_s: float = typer.Option(
         0.0, "--churn-s", help="--testbed: kill a miner this long after the start, restart it 10 s later."

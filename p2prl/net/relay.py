@@ -151,6 +151,12 @@ class RelayClient:
         from libp2p.peer.id import ID
 
         pid = ID.from_base58(peer)
+        try:  # once identify told us its protocols, skip a peer that runs no relay
+            protocols = self.host.get_peerstore().get_protocols(pid)
+        except Exception:
+            protocols = []
+        if protocols and HOP_PROTOCOL_ID not in protocols:
+            return False
         with trio.move_on_after(timeout):
             try:
                 stream = await self.host.new_stream(pid, [HOP_PROTOCOL_ID])

@@ -157,15 +157,16 @@ def _version(s: dict[str, Any] | None) -> int:
 
 
 def _track(churn: dict[str, Any], st: dict[str, Any], victim: str, since_restart_s: float) -> None:
-    """After the restart: when the miner is up again (its status answers) and when it is back in
-    sync (on the trainer's version, or one behind while it fetches the newest patch)."""
+    """After the restart: when the miner is up again (it loaded the weights it saved) and
+    when it is back in sync (on the trainer's version, or one behind while it fetches the newest one)."""
     if "restarted_at_version" not in churn or "back_at_version" in churn:
         return
     tv, mv = _version(st.get("trainer")), _version(st.get(victim))
-    if st.get(victim) is not None and "up_at_version" not in churn:
+    loaded = bool((st.get(victim) or {}).get("weights_hash"))  # its status page answers before that
+    if loaded and "up_at_version" not in churn:
         churn["up_at_version"] = tv
         churn["up_after_s"] = round(since_restart_s, 1)
-    if mv >= 0 and mv >= tv - 1:
+    if loaded and mv >= tv - 1:
         churn["back_at_version"] = tv
         churn["back_after_s"] = round(since_restart_s, 1)
         churn["back_while_publishing"] = not (st.get("trainer") or {}).get("paused", False)
@@ -187,7 +188,9 @@ def _run(
     next_line = start
     # with churn, go on past the duration (up to 90 s) until the miner is back, so its return is
     # measured while versions are still published
-    while time.monotonic() < end or (churn_s and "back_at_version" not in churn and time.monotonic() < end + 90):
+    while time.monotonic() < end or (
+        churn_s and "back_at_version" not in churn and time.monotonic() < end + 90
+    ):
         now = time.monotonic()
         for c in sup.children:
             if not c.alive and not (churn and c.name == victim and "back_at_version" not in churn):
@@ -218,7 +221,9 @@ def _run(
         st = statuses()
         _track(churn, st, victim, time.monotonic() - killed - churn_down_s)
         tv = _version(st.get("trainer"))
-        if (st.get("trainer") or {}).get("paused") and all(_version(st.get(m)) == tv for m in names[2:]):
+        synced = all(_version(st.get(m)) == tv for m in names[2:])
+        meshed = all(int((x or {}).get("peers", 0)) >= len(names) - 1 for x in st.values())
+        if (st.get("trainer") or {}).get("paused") and synced and meshed:  # a restarted miner re-finds all
             break
         time.sleep(1.0)
     if churn:

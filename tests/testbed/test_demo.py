@@ -23,7 +23,12 @@ def test_demo_on_testbed_with_nat_churn_and_discovery(nat_ok: None, tmp_path: Pa
 
     tag = "nr" + secrets.token_hex(2)
     opts = DemoOptions(
-        duration=45, miners=2, workdir=tmp_path / "demo", dashboard=False, model_cache=default_cache_dir()
+        duration=45,
+        miners=2,
+        workdir=tmp_path / "demo",
+        dashboard=False,
+        model_cache=default_cache_dir(),
+        min_publish_s=5.0,  # once loaded, a restarted miner took 7-9 s to catch up here: 2 versions
     )
     s = run_demo_testbed(opts, link_mbit=50, nat_miners=1, churn_s=10, churn_down_s=3, tag=tag)
     assert list_namespaces(f"p2tb-{tag}-") == []
