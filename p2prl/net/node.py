@@ -31,6 +31,7 @@ from p2prl.net import chunkproto as cp
 from p2prl.net import dialback
 from p2prl.net.bans import BanList
 from p2prl.net.config import NetConfig
+from p2prl.net.conns import close_relayed_beside_direct, direct_peers, is_relayed
 from p2prl.net.counters import Counters
 from p2prl.net.gossip import GossipFilter, Incoming
 from p2prl.net.identity import libp2p_key_pair, peer_id_for
@@ -403,7 +404,6 @@ class P2PNode:
         """Behind a NAT, hold slots at up to ``MAX_RELAYS`` relays among the peers we dialed (a
         peer that is no relay refuses the protocol); and close a relayed connection as soon as a
         direct one to the same peer exists (after a hole punch), so chunks can flow."""
-        from p2prl.net.conns import close_relayed_beside_direct, direct_peers
         from p2prl.net.relay import MAX_RELAYS, RESERVE_EVERY_S
 
         asked: dict[str, float] = {}
@@ -433,8 +433,6 @@ class P2PNode:
         return self._call_sync(self._connections)
 
     def _connections(self) -> dict[str, list[bool]]:
-        from p2prl.net.conns import is_relayed
-
         return {
             pid.to_base58(): [is_relayed(getattr(c, "muxed_conn", c)) for c in conns]
             for pid, conns in self._host.get_network().get_connections_map().items()
@@ -656,8 +654,6 @@ class P2PNode:
                 peers.remove(peer_id)
 
     def providers(self, blob_id: str) -> list[str]:
-        from p2prl.net.conns import direct_peers
-
         with self._cond:
             hinted = list(self._hints.get(blob_id, ()))
         direct = direct_peers(self._host)
