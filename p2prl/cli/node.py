@@ -235,7 +235,7 @@ def demo(
 
     With --duration it runs headless and prints a summary; otherwise it shows the dashboard until Ctrl-C.
     """
-    from p2prl.demo import DemoOptions, run_demo
+    from p2prl.demo import DemoOptions, run_demo, run_demo_testbed
 
     opts = DemoOptions(
         duration=duration,
@@ -253,8 +253,6 @@ def demo(
         validator_device=validator_device,
     )
     if testbed:
-        from p2prl.testbed.demo import run_demo_testbed
-
         opts.duration = opts.duration or 120.0
         summary = run_demo_testbed(opts, link_mbit, min(nat_miners, miners), churn_s)
     else:

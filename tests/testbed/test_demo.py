@@ -11,15 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from p2prl.node.demo import DemoOptions
-from p2prl.testbed.demo import run_demo_testbed
-from p2prl.testbed.netns import list_namespaces
+from p2prl.demo import DemoOptions, run_demo_testbed
+from p2prl.testbed import list_namespaces
 
 pytestmark = pytest.mark.slow
 
 
 def test_demo_on_testbed_with_nat_churn_and_discovery(nat_ok: None, tmp_path: Path) -> None:
-    from p2prl.rl.local import default_cache_dir
+    from p2prl.rl import default_cache_dir
 
     tag = "nr" + secrets.token_hex(2)
     opts = DemoOptions(

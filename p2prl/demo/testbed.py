@@ -8,7 +8,7 @@ With ``churn_s`` a miner is killed that long after the start (once versions flow
 and started again with the same key and store ``churn_down_s`` later: it must be back on the
 trainer's version within two versions of its return.
 
-The keys, genesis and node flags are the demo's own (``p2prl/node/demo.py``); only where the
+The keys, genesis and node flags are the demo's own (``p2prl/demo/launcher.py``); only where the
 processes run and how their status pages are read differ: each status page listens on 127.0.0.1
 inside its host, so it is read from a thread that entered that host's namespace.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -25,14 +26,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from p2prl.testbed.bed import HostSpec, Testbed
+from p2prl.crypto import load_or_create_identity
+from p2prl.dashboard import fetch_status
+from p2prl.demo import launcher as d
+from p2prl.demo.supervisor import Child, Supervisor
+from p2prl.net import peer_id_for
+from p2prl.testbed import HostSpec, Testbed, enter
 
 
 def fetch_in(ns: str, url: str, timeout: float = 2.0) -> dict[str, Any] | None:
     """A status page inside namespace ``ns`` (a network namespace is per thread: enter it in one)."""
-    from p2prl.node.http import fetch_status
-    from p2prl.testbed.netns import enter
-
     box: list[dict[str, Any] | None] = [None]
 
     def run() -> None:
@@ -68,10 +71,6 @@ def run_demo_testbed(
     """Run the demo on a testbed for ``opts.duration`` seconds; returns the demo's summary plus
     ``links`` (bytes each host's link carried), ``peers`` (connected peers per node at the end),
     ``nat_miners`` and, with churn, ``churn``."""
-    from p2prl.net.identity import peer_id_for
-    from p2prl.node import demo as d
-    from p2prl.node.supervisor import Child, Supervisor
-
     names = d._nodes(opts)
     miners = [n for n in names if n.startswith("miner")]
     natted = miners[len(miners) - nat_miners :] if nat_miners else []
@@ -84,7 +83,7 @@ def run_demo_testbed(
     with tb:
         try:
             plan = d.prepare(opts, root, "")
-            ids = {n: peer_id_for(_identity(root / n / "node.key")) for n in names}
+            ids = {n: peer_id_for(load_or_create_identity(root / n / "node.key")) for n in names}
             trainer_addr = f"{tb.hosts['trainer'].listen(plan['trainer_port'])}/p2p/{ids['trainer']}"
 
             def spawn(name: str) -> Child:
@@ -130,12 +129,6 @@ def run_demo_testbed(
     return summary
 
 
-def _identity(path: Path) -> Any:
-    from p2prl.crypto.keys import load_or_create_identity
-
-    return load_or_create_identity(path)
-
-
 def _wait_up(sup: Any, statuses: Any, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -176,10 +169,6 @@ def _run(
     opts: Any, sup: Any, spawn: Any, statuses: Any, names: list[str], churn_s: float, churn_down_s: float
 ) -> dict[str, Any]:
     """Progress lines, the churn of one miner, then the demo's quiesce-and-catch-up ending."""
-    import signal
-
-    from p2prl.node import demo as d
-
     out: dict[str, Any] = {}
     victim = next(n for n in names if n.startswith("miner"))
     churn: dict[str, Any] = {}
