@@ -301,16 +301,19 @@ def bench_swarm_sim(
     cap_mb_s: float = typer.Option(0.0, "--cap-mb-s", help="Peers' upload cap, MB/s (0: none)."),
     fanout: int = typer.Option(4, "--tree-fanout", min=1, help="Children per relay-tree node."),
     provider_order: str = typer.Option(
-        "id", "--provider-order", help="Providers after the trainer: 'id' (the node's order) or 'random'."
+        "node",
+        "--provider-order",
+        help="Providers after the trainer: 'node' (the node's own order per node and blob) or 'id' "
+        "(lowest peer id first, the former order).",
     ),
     seed: int = typer.Option(1, "--seed"),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Simulate one patch's fan-out with the swarm's own chunk logic, against a star and a relay tree."""
-    from p2prl.netsim import Spec, run_all
+    from p2prl.netsim import PROVIDER_ORDERS, Spec, run_all
 
-    if provider_order not in ("id", "random"):
-        raise typer.BadParameter("'id' or 'random'", param_hint="--provider-order")
+    if provider_order not in PROVIDER_ORDERS:
+        raise typer.BadParameter(" or ".join(PROVIDER_ORDERS), param_hint="--provider-order")
 
     spec = Spec(
         peers=peers,

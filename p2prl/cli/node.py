@@ -219,13 +219,23 @@ def demo(
     validator_device: str | None = typer.Option(
         None, "--validator-device", help="The validator's torch device, if not --device's."
     ),
+    testbed: bool = typer.Option(
+        False, "--testbed", help="Every node on its own testbed host with rate-limited links (root; no S3)."
+    ),
+    link_mbit: float = typer.Option(
+        50.0, "--link-mbit", help="--testbed: each host's link, Mbit/s each way."
+    ),
+    nat_miners: int = typer.Option(1, "--nat-miners", help="--testbed: miners behind their own NAT router."),
+    churn_s: float = typer.Option(
+        0.0, "--churn-s", help="--testbed: kill a miner this long after the start, restart it 10 s later."
+    ),
 ) -> None:
     """Start a whole network on 127.0.0.1 (local S3, trainer, validator, miners) on the default tiny
     model or the --model directory.
 
     With --duration it runs headless and prints a summary; otherwise it shows the dashboard until Ctrl-C.
     """
-    from p2prl.demo import DemoOptions, run_demo
+    from p2prl.demo import DemoOptions, run_demo, run_demo_testbed
 
     opts = DemoOptions(
         duration=duration,
@@ -242,7 +252,11 @@ def demo(
         device=device,
         validator_device=validator_device,
     )
-    summary = run_demo(opts)
+    if testbed:
+        opts.duration = opts.duration or 120.0
+        summary = run_demo_testbed(opts, link_mbit, min(nat_miners, miners), churn_s)
+    else:
+        summary = run_demo(opts)
     if summary is not None:
         typer.echo(json.dumps(summary, indent=1))
         if summary.get("error"):

@@ -113,3 +113,24 @@ def run(
         for p in procs:
             rc = max(rc, p.wait())
     raise typer.Exit(rc)
+
+
+@app.command()
+def nat(
+    miners: int = typer.Option(2, "--miners", min=2, max=16, help="Miners, each behind its own NAT router."),
+    patches: int = typer.Option(2, "--patches", min=1, help="Patches the public node publishes."),
+    size_kib: int = typer.Option(2048, "--size-kib", min=1, help="Size of each patch in KiB."),
+    link_mbit: float = _LINK,
+    hole_punch: bool = typer.Option(True, "--hole-punch/--no-hole-punch", help="Run DCUtR."),
+) -> None:
+    """NATed miners behind their own routers, a public relay: relayed dials, hole punching, patches,
+    and how much of each miner's traffic went through the relay (JSON)."""
+    from p2prl.bench.nat import run_nat
+    from p2prl.testbed import nat_unavailable_reason
+
+    reason = nat_unavailable_reason()
+    if reason:
+        typer.echo(f"error: {reason}", err=True)
+        raise typer.Exit(2)
+    res = run_nat(miners, patches, size_kib, link_mbit=link_mbit or 1000.0, hole_punch=hole_punch)
+    typer.echo(json.dumps(res, indent=1))

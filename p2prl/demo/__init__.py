@@ -4,6 +4,7 @@ status endpoints; it imports no role."""
 
 from p2prl.demo.launcher import DemoOptions, progress_line, run_demo, summarize
 from p2prl.demo.supervisor import S3Server, Supervisor, s3_missing
+from p2prl.demo.testbed import run_demo_testbed
 
 __all__ = [
     "DemoOptions",
@@ -11,6 +12,7 @@ __all__ = [
     "Supervisor",
     "progress_line",
     "run_demo",
+    "run_demo_testbed",
     "s3_missing",
     "summarize",
 ]

@@ -7,7 +7,7 @@ not need it (the network simulator imports them).
 from typing import TYPE_CHECKING
 
 from p2prl.lazyexports import lazy_exports
-from p2prl.net.config import Limits, NetConfig
+from p2prl.net.config import Limits, NetConfig, RelayBounds
 from p2prl.net.dialer import Dialer, DialHost
 from p2prl.net.gossip import Incoming
 from p2prl.net.identity import peer_id_for, peer_id_of_public_key
@@ -26,6 +26,7 @@ __all__ = [
     "Limits",
     "NetConfig",
     "P2PNode",
+    "RelayBounds",
     "S3Config",
     "UploadPacer",
     "free_port",

@@ -32,6 +32,19 @@ class Limits:
 
 
 @dataclass
+class RelayBounds:
+    """What a relay node (``NetConfig.relay``) carries for others, at most."""
+
+    max_reservations: int = 64  # slots; each is held until its TTL even if the peer left
+    reservation_ttl_s: int = 600
+    circuits_per_peer: int = 4  # circuits open at once to one NATed peer
+    circuit_bytes: int = 16 * 1024 * 1024  # both directions of one circuit together
+    circuit_s: int = 3600
+    peer_bytes_per_hour: int = 64 * 1024 * 1024  # relayed for one peer (either end) per hour
+    max_tracked_peers: int = 4096
+
+
+@dataclass
 class NetConfig:
     listen: str = "/ip4/127.0.0.1/tcp/0"
     bootstrap: list[str] = field(default_factory=list)
@@ -44,6 +57,8 @@ class NetConfig:
     superseed: bool = False  # publishers: k-th upload of a chunk only k-1 cooldowns after the first
     superseed_cooldown_s: float = 10.0
     max_upload_bytes_per_s: float = 0.0  # cap on chunk bytes served per second; 0 = no cap
+    relay: RelayBounds | None = None  # run a circuit relay for NATed peers, within these bounds
+    hole_punch: bool = True  # DCUtR: upgrade relayed connections to direct ones where NATs allow
     mdns: bool = False  # find peers on the local network by multicast DNS
     gossip_degree: int = 6
     gossip_heartbeat_s: int = 1

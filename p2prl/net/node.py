@@ -15,6 +15,7 @@ handlers vanish, so handlers catch and log everything.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -30,6 +31,7 @@ from p2prl.net import chunkproto as cp
 from p2prl.net import dialback
 from p2prl.net.bans import BanList
 from p2prl.net.config import NetConfig
+from p2prl.net.conns import close_relayed_beside_direct, direct_peers, is_relayed
 from p2prl.net.counters import Counters
 from p2prl.net.gossip import GossipFilter, Incoming
 from p2prl.net.identity import libp2p_key_pair, peer_id_for
@@ -37,6 +39,7 @@ from p2prl.net.liveness import ConnectionWatch
 from p2prl.net.partial import PartialStore
 from p2prl.net.refs import RefBook
 from p2prl.net.s3 import S3Mirror
+from p2prl.net.selection import provider_order
 from p2prl.net.swarm import ChunkServer, Download, FetchError
 from p2prl.net.topics import TOPIC_TYPES, kind_of
 from p2prl.protocol import BlobRef, MessageError, decode_message
@@ -114,6 +117,8 @@ class P2PNode:
         self.reachable: bool | None = None  # learned by dial-back; None until a peer answered
         self._public_addrs: list[str] = []
         self._foreign: set[str] = set()  # bootstrap peers already reported as of another network
+        self._relay: Any = None  # BoundedRelay when this node relays for others (config.relay)
+        self._relay_client: Any = None
 
     # ---------------------------------------------------------------- lifecycle (any thread)
 
@@ -200,6 +205,7 @@ class P2PNode:
         host.get_network().register_notifee(watch)
         host.set_stream_handler(cp.PROTOCOL_ID, self._server.handle)
         host.set_stream_handler(dialback.PROTOCOL_ID, dialback.DialBackServer(self.counters).handle)
+        circuit, dcutr = self._relay_services(host)
         pub_send, pub_recv = trio.open_memory_channel[tuple[str, bytes]](cfg.limits.publish_queue)
         self._pub_send = pub_send
         try:
@@ -207,6 +213,8 @@ class P2PNode:
                 host.run(listen_addrs=[multiaddr.Multiaddr(cfg.listen)]),
                 background_trio_service(pubsub),
                 background_trio_service(router),
+                background_trio_service(circuit),
+                background_trio_service(dcutr) if dcutr is not None else _nothing(),
             ):
                 await pubsub.wait_until_ready()
                 self.addrs = [str(a) for a in host.get_addrs()]
@@ -219,6 +227,7 @@ class P2PNode:
                     nursery.start_soon(self._bootstrap_loop)
                     nursery.start_soon(self._unban_loop)
                     nursery.start_soon(self._reachability_loop)
+                    nursery.start_soon(self._relay_loop)
                     self._ready.set()
                     await self._stop.wait()
                     nursery.cancel_scope.cancel()
@@ -227,6 +236,23 @@ class P2PNode:
             self._nursery = None
             pubsub.seen_messages.stop()  # its sweeper thread outlives the host otherwise
             log.debug("network host %s stopped", self.peer_id[-8:])
+
+    def _relay_services(self, host: Any) -> tuple[Any, Any]:
+        """The circuit relay protocol (hop for a relay node, stop for everyone: a NATed node accepts
+        relayed connections), its dialing client, and DCUtR."""
+        from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
+        from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
+
+        from p2prl.net.relay import BoundedRelay, RelayClient
+
+        if self.config.relay is not None:
+            self._relay = circuit = BoundedRelay(host, self.config.relay, self.counters)
+        else:
+            circuit = CircuitV2Protocol(host, allow_hop=False)
+        self._relay_client = RelayClient(host, circuit, self.counters)
+        # dial_timeout 2 s: the default 10 s is spent first on the peer's private address
+        dcutr = DCUtRProtocol(host, dial_timeout=2) if self.config.hole_punch else None
+        return circuit, dcutr
 
     async def _close_host(self, host: Any) -> None:
         # leaving host.run() does not close live connections: their sockets would stay open, and a
@@ -270,6 +296,10 @@ class P2PNode:
         import multiaddr
         from libp2p.peer.peerinfo import info_from_p2p_addr
 
+        if "/p2p-circuit/" in addr:  # libp2p's own dialer drops circuit addresses
+            if addr.rsplit("/p2p/", 1)[-1] != self.peer_id:
+                await self._relay_client.dial(addr, timeout)
+            return
         info = info_from_p2p_addr(multiaddr.Multiaddr(addr))
         if info.peer_id.to_base58() == self.peer_id:
             return
@@ -363,8 +393,59 @@ class P2PNode:
 
     def advertised_addrs(self) -> list[str]:
         """Addresses to tell peers about: until a dial-back answered, our listen addresses; after,
-        only those a peer could open a new connection to (none behind a NAT: we dial out)."""
-        return list(self.addrs) if self.reachable is None else list(self._public_addrs)
+        only those a peer could open a new connection to: behind a NAT, our relayed addresses."""
+        if self.reachable is None:
+            return list(self.addrs)
+        if not self.reachable and self._relay_client is not None:
+            return self._relay_client.circuit_addrs(self.peer_id)
+        return list(self._public_addrs)
+
+    async def _relay_loop(self) -> None:
+        """Behind a NAT, hold slots at up to ``MAX_RELAYS`` relays among the peers we dialed (a
+        peer that is no relay refuses the protocol); and close a relayed connection as soon as a
+        direct one to the same peer exists (after a hole punch), so chunks can flow."""
+        from p2prl.net.relay import MAX_RELAYS, RESERVE_EVERY_S
+
+        asked: dict[str, float] = {}
+        while True:
+            await trio.sleep(1.0)
+            if spare := await close_relayed_beside_direct(self._host):
+                self.counters.add("relay.spare_closed", spare)
+            client = self._relay_client
+            if self.reachable is not False:
+                continue
+            direct = direct_peers(self._host)
+            client.forget(direct)
+            now = trio.current_time()
+            for peer in sorted(direct - set(client.relays)):
+                if len(client.relays) >= MAX_RELAYS:
+                    break
+                if now - asked.get(peer, -RESERVE_EVERY_S) < RESERVE_EVERY_S or peer in self._banned:
+                    continue
+                asked[peer] = now
+                assert self._nursery is not None
+                await client.reserve(peer, self._nursery, self.config.stream_timeout_s)
+            if len(asked) > 1024:
+                asked = {p: t for p, t in asked.items() if now - t < RESERVE_EVERY_S}
+
+    def connections(self) -> dict[str, list[bool]]:
+        """Per connected peer, whether each of its connections is relayed (reports, tests)."""
+        return self._call_sync(self._connections)
+
+    def _connections(self) -> dict[str, list[bool]]:
+        return {
+            pid.to_base58(): [is_relayed(getattr(c, "muxed_conn", c)) for c in conns]
+            for pid, conns in self._host.get_network().get_connections_map().items()
+        }
+
+    def relay_stats(self) -> dict[str, Any]:
+        """What goes through relays: as a relay, bytes carried per peer; as a client, our slots."""
+        return self._call_sync(self._relay_stats)
+
+    def _relay_stats(self) -> dict[str, Any]:
+        carried = self._relay.carried() if self._relay is not None else {}
+        relays = dict(self._relay_client.relays) if self._relay_client is not None else {}
+        return {"carried": carried, "relays": relays}
 
     async def _reachability_loop(self) -> None:
         tried: set[str] = set()
@@ -575,8 +656,10 @@ class P2PNode:
     def providers(self, blob_id: str) -> list[str]:
         with self._cond:
             hinted = list(self._hints.get(blob_id, ()))
-        connected = sorted(self._connected_ids() - set(hinted))
-        return [p for p in hinted + connected if p not in self._banned and p != self.peer_id]
+        direct = direct_peers(self._host)
+        relay_only = self._connected_ids() - direct  # chunks never go through a relay
+        order = provider_order(self.peer_id, blob_id, hinted, direct)
+        return [p for p in order if p not in self._banned and p != self.peer_id and p not in relay_only]
 
     async def open_chunk_stream(self, peer: str) -> Any:
         from libp2p.peer.id import ID
@@ -673,6 +756,11 @@ class P2PNode:
         s["banned_peers"] = len(self._banned)
         s["reachable"] = -1 if self.reachable is None else int(self.reachable)
         return s
+
+
+@contextlib.asynccontextmanager
+async def _nothing() -> Any:
+    yield
 
 
 def _root_os_error(e: OSError) -> OSError:

@@ -10,12 +10,14 @@ would serialise them) and to be killed mid-transfer. Commands, each answered wit
     ("hint", blob_id, peer_id)      -> None
     ("stats",)                      -> stats dict
     ("reach",)                      -> (reachable or None, advertised addrs)
+    ("relay",)                      -> {"carried": {peer: bytes}, "relays": {peer: addr}, "conns": ...}
     ("cpu",)                        -> CPU seconds (user + system) this process has used
     ("subscribe", topic)            -> None
     ("poll", timeout)               -> [[topic, envelope type, from peer, version or None], ...]
     ("stop",)                       -> None, then the process exits
 
-``netns`` runs the node inside a testbed host (p2prl/testbed), ``listen`` sets its listen address.
+``netns`` runs the node inside a testbed host (p2prl/testbed), ``listen`` sets its listen address;
+``relay`` (a dict of ``RelayBounds`` fields) makes it a relay for NATed peers.
 ``behaviour`` "corrupt" flips a byte in every chunk served; "slow" sleeps before each chunk.
 """
 
@@ -30,7 +32,7 @@ import time
 from typing import Any
 
 from p2prl.crypto import Identity
-from p2prl.net.config import Limits, NetConfig
+from p2prl.net.config import Limits, NetConfig, RelayBounds
 from p2prl.net.s3 import S3Config
 from p2prl.protocol import BlobRef
 from p2prl.store import BlobStore
@@ -83,6 +85,8 @@ def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, 
         chunk_timeout_s=opts.get("chunk_timeout_s", 10.0),
         limits=Limits(pipeline_depth=opts.get("pipeline_depth", Limits.pipeline_depth)),
         max_upload_bytes_per_s=opts.get("max_upload_bytes_per_s", 0.0),
+        relay=RelayBounds(**opts["relay"]) if opts.get("relay") is not None else None,
+        hole_punch=opts.get("hole_punch", True),
     )
     server = _server_class(opts.get("behaviour", "honest"), opts.get("delay_s", 0.05))
     node = P2PNode(Identity(seed), network, BlobStore(root), cfg, server_class=server)
@@ -122,6 +126,8 @@ def _peer_main(conn: Any, seed: bytes, network: str, root: str, opts: dict[str, 
                 conn.send(None)
             elif op == "reach":
                 conn.send((node.reachable, node.advertised_addrs()))
+            elif op == "relay":
+                conn.send({**node.relay_stats(), "conns": node.connections()})
             elif op == "stats":
                 conn.send(node.stats())
             elif op == "cpu":

@@ -8,8 +8,9 @@ simulated time.
 
 from __future__ import annotations
 
+import hashlib
 import random
-from collections.abc import Collection, Hashable, Mapping, MutableMapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 BUSY_RETRY_S = 0.25  # a chunk a provider answered BUSY for is not asked of it again for this long
@@ -63,6 +64,24 @@ def pick_chunk(
         cands = r.sample(cands, MAX_CANDIDATES)
     maps = list(bitmaps.values())
     return min(cands, key=lambda i: (sum(1 for b in maps if b[i]), r.random()))
+
+
+def provider_order(me: str, blob_id: str, hinted: Sequence[str], connected: Iterable[str]) -> list[str]:
+    """Peers to ask for ``blob_id``: the hinted ones first (in hint order), then the connected ones
+    in an order of this node's own for this blob (a hash of both ids and the peer's).
+
+    Every downloader taking the same first ``max_providers`` peers (the lowest ids, as before) left a
+    chunk the publisher gave to anyone else unasked and rare: past 16 peers the swarm stalled on the
+    publisher's next superseed copy (docs/SIMULATION.md). Own orders spread the downloaders over
+    all holders; a hash, not a shuffle per call, keeps the order stable while peers come and go.
+    """
+    seen = set(hinted)
+    salt = f"{me}/{blob_id}/".encode()
+    rest = sorted(
+        (p for p in set(connected) if p not in seen),
+        key=lambda p: hashlib.blake2b(salt + p.encode(), digest_size=8).digest(),
+    )
+    return [*hinted, *rest]
 
 
 def may_upload_copy(

@@ -26,6 +26,7 @@ import trio
 from p2prl.net import chunkproto as cp
 from p2prl.net import selection as sel
 from p2prl.net.config import NetConfig
+from p2prl.net.conns import is_relayed
 from p2prl.net.counters import Counters
 from p2prl.net.pacing import UploadPacer
 from p2prl.net.partial import PartialBlob, PartialStore
@@ -103,7 +104,12 @@ class ChunkServer:
             peer = stream.muxed_conn.peer_id.to_base58()
         except Exception:
             peer = "?"
-        refusal = "serve.refused" if self.ctx.is_banned(peer) else self._admit(peer)
+        if self.ctx.is_banned(peer):
+            refusal = "serve.refused"
+        elif is_relayed(getattr(stream, "muxed_conn", None)):
+            refusal = "serve.refused_relayed"  # patches stay off relays: a relay is for control traffic
+        else:
+            refusal = self._admit(peer)
         if refusal:
             self.ctx.counters.add(refusal)
             with trio.move_on_after(1.0):

@@ -7,5 +7,6 @@ by chunk, and compares the swarm with a star and a relay tree on the same links.
 
 from p2prl.netsim.population import Spec
 from p2prl.netsim.report import run_all
+from p2prl.netsim.swarm import PROVIDER_ORDERS
 
-__all__ = ["Spec", "run_all"]
+__all__ = ["PROVIDER_ORDERS", "Spec", "run_all"]

@@ -37,7 +37,7 @@ def summary(
 
 
 def run_swarm(
-    spec: Spec, pop: Population, cooldown_s: float = 1.0, cap_mb_s: float = 0.0, provider_order: str = "id"
+    spec: Spec, pop: Population, cooldown_s: float = 1.0, cap_mb_s: float = 0.0, provider_order: str = "node"
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     s = SwarmSim(
@@ -61,7 +61,7 @@ def run_all(
     cooldown_s: float = 1.0,
     cap_mb_s: float = 0.0,
     baselines: bool = True,
-    provider_order: str = "id",
+    provider_order: str = "node",
 ) -> dict[str, Any]:
     pop = build(spec)
     n = len(pop.up)

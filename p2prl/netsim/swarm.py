@@ -23,6 +23,7 @@ from p2prl.netsim.population import Population, Spec
 
 OK, NOT_FOUND, BUSY = 0, 1, 2
 BLOB = "patch"
+PROVIDER_ORDERS = ("node", "id")  # the live order (net/selection.provider_order); the former one
 FAILS_BEFORE_RETRY_AFTER = 3
 RETRY_AFTER_S = 2.0
 
@@ -82,10 +83,10 @@ class SwarmSim:
         pop: Population,
         cfg: NetConfig | None = None,
         cap_mb_s: float = 0.0,
-        provider_order: str = "id",
+        provider_order: str = "node",
     ) -> None:
-        if provider_order not in ("id", "random"):
-            raise ValueError(f"provider order {provider_order!r}: 'id' or 'random'")
+        if provider_order not in PROVIDER_ORDERS:
+            raise ValueError(f"provider order {provider_order!r}: one of {PROVIDER_ORDERS}")
         self.provider_order = provider_order
         self.spec = spec
         self.cfg = cfg or NetConfig(superseed=True, superseed_cooldown_s=1.0)
@@ -99,7 +100,7 @@ class SwarmSim:
         self.nodes[0].superseed = self.cfg.superseed
         self.all_true = (True,) * self.n
         self.pid = list(range(len(self.nodes)))
-        self.rng.shuffle(self.pid)  # providers are tried in peer-id order after the hinted trainer
+        self.rng.shuffle(self.pid)  # peer ids: unrelated to uplinks or NAT
         self.stats = collections.Counter[str]()
         self.remaining = len(self.nodes) - 1
         for i, node in enumerate(self.nodes):
@@ -126,12 +127,13 @@ class SwarmSim:
             self._need_recruit(node, self.sim.now)
 
     def _providers(self, d: Node) -> list[int]:
-        if d.providers is None:  # node.providers(): hinted first, then connected peers by id
-            rest = sorted((j for j in d.conns if j != 0), key=self.pid.__getitem__)
-            if self.provider_order == "random":  # the alternative: each downloader its own order
-                random.Random(self.spec.seed * 1_000_003 + d.idx).shuffle(rest)
-            if self.provider_order == "random":  # the alternative: each downloader its own order
-                random.Random(self.spec.seed * 1_000_003 + d.idx).shuffle(rest)
+        if d.providers is None:  # node.providers(): the hinted trainer first, then connected peers
+            rest = [j for j in d.conns if j != 0]
+            if self.provider_order == "id":  # the former order, lowest peer id first, to compare with
+                rest.sort(key=self.pid.__getitem__)
+            else:  # the live order: this node's own for this blob
+                names = {f"peer{self.pid[j]}": j for j in rest}
+                rest = [names[p] for p in sel.provider_order(f"peer{self.pid[d.idx]}", BLOB, (), names)]
             d.providers = ([0] if 0 in d.conns else []) + rest
         return d.providers
 

@@ -111,6 +111,13 @@ class NodeConfig:
             "machine or a LAN); off, only global addresses are dialled."
         },
     )
+    relay_service: bool = field(
+        default=False,
+        metadata={
+            "help": "Relay for peers behind NAT (circuit relay v2): control traffic only, at most 64 slots, "
+            "16 MiB per circuit and 64 MiB per peer per hour. Needs a reachable address."
+        },
+    )
     superseed_s: float = field(
         default=1.0,
         metadata={

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from p2prl.crypto import Identity
-from p2prl.net import NetConfig, S3Config, peer_id_for, peer_id_of_public_key
+from p2prl.net import NetConfig, RelayBounds, S3Config, peer_id_for, peer_id_of_public_key
 from p2prl.node.config import NodeConfig
 from p2prl.node.genesis import SignedGenesis
 from p2prl.protocol import Genesis, PatchManifest, S3Spec, Scores, Verdict
@@ -59,6 +59,7 @@ def net_config(cfg: NodeConfig, sg: SignedGenesis, identity: Identity) -> NetCon
         superseed_cooldown_s=cfg.superseed_s or 1.0,
         max_upload_bytes_per_s=cfg.max_upload_mb_s * 1e6,
         mdns=cfg.mdns,
+        relay=RelayBounds() if cfg.relay_service else None,
         reserved_providers=_reserved_providers(sg, identity),
     )
 

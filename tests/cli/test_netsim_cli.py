@@ -20,4 +20,4 @@ def test_swarm_sim_prints_trainer_upload_and_times_for_all_three() -> None:
     assert res["star"]["trainer_upload_x"] == 6.0
     assert res["swarm"]["trainer_upload_x"] < 6.0
     bad = CliRunner().invoke(app, ["bench", "swarm-sim", "--peers", "3", "--provider-order", "nope"])
-    assert bad.exit_code == 2 and "'id' or 'random'" in bad.output
+    assert bad.exit_code == 2 and "node or id" in bad.output

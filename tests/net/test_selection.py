@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from p2prl.net.selection import may_upload_copy, pick_chunk
+from p2prl.net.selection import may_upload_copy, pick_chunk, provider_order
 
 
 def test_pick_prefers_the_rarest_chunk_and_skips_held_inflight_and_busy() -> None:
@@ -41,3 +41,16 @@ def test_superseed_allows_the_kth_copy_k_minus_1_cooldowns_after_the_first() -> 
     assert not may_upload_copy(uploads, key, 119.0, 10.0)
     assert may_upload_copy(uploads, key, 120.0, 10.0)
     assert may_upload_copy(uploads, ("blob", 1), 119.0, 10.0)
+
+
+def test_provider_order_hinted_first_then_an_own_stable_order_per_node() -> None:
+    peers = [f"peer{i:03d}" for i in range(40)]
+    order = provider_order("me", "blob", ["h1", "h2"], peers)
+    assert order[:2] == ["h1", "h2"] and sorted(order[2:]) == peers
+    # stable while peers come and go: a newcomer is slotted in, the others keep their order
+    again = provider_order("me", "blob", ["h1", "h2"], [*peers, "late"])
+    assert [p for p in again if p != "late"] == order
+    # every downloader (and every blob) has its own order: the first 16 picks cover almost everyone
+    firsts = {p for i in range(32) for p in provider_order(f"node{i}", "blob", [], peers)[:16]}
+    assert len(firsts) >= 38
+    assert provider_order("me", "other", [], peers) != order[2:]

@@ -96,3 +96,14 @@ def test_late_joiners_connect_and_finish_after_they_join() -> None:
     s = SwarmSim(spec, pop)
     s.run()
     assert all(n.done_at is not None and n.done_at >= pop.start[n.idx] for n in s.nodes[1:])
+
+
+def test_own_provider_orders_beat_lowest_id_first_past_max_providers() -> None:
+    """24 peers > max_providers (16): with every downloader asking the lowest ids, chunks given to the
+    others stay rare and wait for the trainer's next copy (the order the node used before)."""
+    spec = Spec(peers=24, patch_mib=16, link_mbit=50, latency_s=0.025)
+    by_id = run_swarm(spec, build(spec), 10.0, 0.0, "id")
+    own = run_swarm(spec, build(spec), 10.0, 0.0, "node")
+    assert own["complete"] == by_id["complete"] == 24
+    assert own["t100_s"] < 0.75 * by_id["t100_s"], (own["t100_s"], by_id["t100_s"])
+    assert own["trainer_upload_x"] <= by_id["trainer_upload_x"]

@@ -1,0 +1,75 @@
+"""Circuit relay between real hosts on loopback: a peer reached only through a relay gets control
+traffic but no chunk requests (none asked, and one asked anyway is refused), and a relay stops
+carrying for a peer past its byte budget. NATed hosts and hole punching: tests/testbed/test_relay.py."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from p2prl.net import chunkproto as cp
+from p2prl.net.config import NetConfig, RelayBounds
+from p2prl.net.node import P2PNode
+from p2prl.protocol.blobs import MIN_CHUNK_SIZE, blob_ref_for
+
+
+def _wait(cond: Callable[[], object], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return bool(cond())
+
+
+def _relayed_pair(make_node: Callable[..., P2PNode], bounds: RelayBounds) -> tuple[P2PNode, P2PNode, P2PNode]:
+    """Relay ``r``; ``b`` holds a slot there; ``a`` dials ``b`` only through ``r`` (no hole punch)."""
+    r = make_node("r", config=NetConfig(relay=bounds))
+    a = make_node("a", config=NetConfig(hole_punch=False))
+    b = make_node("b", config=NetConfig(hole_punch=False))
+    a.connect(r.addrs[0])
+    b.connect(r.addrs[0])
+    assert b._call(b._relay_client.reserve, r.peer_id, b._nursery, 10.0)
+    b.reachable = False  # as behind a NAT: advertise the relayed address only
+    [circuit] = b.advertised_addrs()
+    assert circuit == f"{r.addrs[0]}/p2p-circuit/p2p/{b.peer_id}"
+    return r, a, b
+
+
+async def _ask_have(a: P2PNode, peer: str, blob_id: str, digest: str) -> bytes:
+    stream = await a.open_chunk_stream(peer)
+    try:
+        await stream.write(cp.encode_request(cp.OP_HAVE, blob_id, digest, 0, MIN_CHUNK_SIZE))
+        return await stream.read(64)
+    except Exception as e:  # refused: the stream is reset
+        return repr(e).encode()
+    finally:
+        await stream.close()
+
+
+def test_no_chunks_over_a_relayed_connection(make_node: Callable[..., P2PNode]) -> None:
+    r, a, b = _relayed_pair(make_node, RelayBounds())
+    a.connect(f"{r.addrs[0]}/p2p-circuit/p2p/{b.peer_id}")
+    assert a.connections()[b.peer_id] == [True]  # one connection to b, relayed
+    data = bytes(range(256)) * 1024
+    b.store.put(data)
+    ref = blob_ref_for(data, MIN_CHUNK_SIZE)
+    b.serve(ref)
+    a.add_provider_hint(ref.id, b.peer_id)
+    assert b.peer_id not in a.providers(ref.id)  # hinted, but reached only through the relay
+    # a peer that asks anyway is refused before a byte of the blob is read
+    out = a._call(_ask_have, a, b.peer_id, ref.id, ref.digest)
+    assert not out.startswith(bytes([cp.OK])), out
+    assert b.stats().get("serve.refused_relayed") == 1
+    assert b.stats().get("bytes_up", 0) == 0
+    carried = r.relay_stats()["carried"]
+    assert carried[a.peer_id] == carried[b.peer_id] > 0  # the relay counts what it carried for whom
+
+
+def test_relay_stops_past_a_peers_byte_budget(make_node: Callable[..., P2PNode]) -> None:
+    r, a, b = _relayed_pair(make_node, RelayBounds(peer_bytes_per_hour=2000))
+    try:
+        a.connect(f"{r.addrs[0]}/p2p-circuit/p2p/{b.peer_id}")
+    except Exception:
+        pass  # the budget may run out inside the handshake already
+    assert _wait(lambda: r.stats().get("relay.peer_budget", 0) >= 1, 15)
+    assert r.relay_stats()["carried"].get(b.peer_id, 0) <= 2000
+    assert _wait(lambda: b.peer_id not in a.connections(), 15)  # the circuit is closed
