@@ -92,8 +92,13 @@ def test_killed_run_leaves_nothing(nat_ok: None, sig: signal.Signals) -> None:
     proc, tag = _run_cli("--hosts", "3", "--nat", "1", "--", "sleep", "60")
     namespaces = list_namespaces(f"{PREFIX}{tag}-")
     assert len(namespaces) == 5  # core, 3 hosts, 1 router
-    sleepers = [int(p) for ns in namespaces for p in subprocess.run(
-        ["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()]  # fmt: skip
+    deadline = time.monotonic() + 20  # the hosts are up when the tag is printed; their commands follow
+    while True:
+        sleepers = [int(p) for ns in namespaces for p in subprocess.run(
+            ["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()]  # fmt: skip
+        if len(sleepers) >= 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert len(sleepers) == 3
     proc.send_signal(sig)
     proc.wait(30)
