@@ -1,8 +1,10 @@
 """``p2prl bench memory``: peak RSS of each role's model work as a function of parameter count.
 
 Each (size, role) runs in a fresh process that does what the role holds and runs: a miner or validator
-loads one bf16 copy (plus the node's CPU copy of the state) and generates (the validator also runs the
-teacher-forced recomputation); the trainer holds fp32 masters and AdamW state and takes one GRPO step.
+loads one bf16 copy (the node's state of the current version is the model's own tensors), switches to
+the next version the way a node does (the patch verified, then applied in place: node/live.py) and
+generates (the validator also runs the teacher-forced recomputation); the trainer holds fp32 masters
+and AdamW state and takes one GRPO step.
 Models are random-init Qwen2 directories (``p2prl.rl.randmodel``). Networking is not included: the
 node adds its blob store and patch buffers on top (a patch is a few % of the bf16 weights).
 """
@@ -23,6 +25,7 @@ SHAPES = {  # hidden, layers: about 3.5M, 21M and 120M parameters with the 400-t
     "l": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 8},
 }
 GROUP, PROMPTS, NEW_TOKENS = 4, 4, 16
+PATCH_DENSITY = 0.1  # the fraction of elements the next version changes (every tensor touched)
 
 
 def _peak_mib() -> float:
@@ -50,7 +53,11 @@ def measure_role(model_dir: Path, role: str) -> dict[str, Any]:
     base = _peak_mib()
     tok = load_tokenizer(model_dir)
     model = load_weights_model(model_dir)
-    state = clone_state(unique_state(model))  # the node's own copy of the current version
+    state = unique_state(model)
+    if role == "trainer":
+        state = clone_state(state)  # the published bf16 state beside the masters
+    else:
+        _switch_version(state, model_dir / "next.patch")
     prompts = [tok.encode(f"{i}+{i}=") for i in range(PROMPTS)]
     params = GenerationParams(max_new_tokens=NEW_TOKENS, temperature=1.0, seed=0)
     if role == "trainer":  # rollouts come from miners; a few here, from the bf16 model before it turns fp32
@@ -78,6 +85,45 @@ def measure_role(model_dir: Path, role: str) -> dict[str, Any]:
     }
 
 
+def _switch_version(state: dict[str, Any], patch_file: Path) -> None:
+    """Verify the next version's patch against ``state`` and apply it in place, as a node does."""
+    from p2prl.node.live import LiveWeights
+    from p2prl.node.weights import Weights
+    from p2prl.patch.format import CODEC
+    from p2prl.patch.hashing import weights_hash
+    from p2prl.protocol.blobs import blob_ref_for
+    from p2prl.protocol.messages import PatchManifest
+
+    blob = patch_file.read_bytes()
+    meta = json.loads(patch_file.with_suffix(".json").read_text())
+    live = LiveWeights(state, Weights(0, weights_hash(state), state))
+    m = PatchManifest(1, 0, meta["base"], meta["result"], "delta", CODEC, blob_ref_for(blob), 0)
+    live.advance([m], lambda _id: blob)
+
+
+def write_next_patch(model_dir: Path, density: float = PATCH_DENSITY) -> None:
+    """``next.patch`` (and its hashes) in ``model_dir``: about ``density`` of every tensor's elements
+    moved by one bf16 step, as a trainer's next version would."""
+    import torch
+
+    from p2prl.patch import PatchEncoder
+    from p2prl.patch.dtypes import uint_view
+    from p2prl.rl.model import unique_state
+    from p2prl.rl.modeldir import load_weights_model
+
+    base = unique_state(load_weights_model(model_dir, torch.bfloat16))
+    gen = torch.Generator().manual_seed(1)
+    new = {}
+    for k, t in base.items():
+        new[k] = t.clone()
+        v = uint_view(new[k])
+        v[(torch.rand(v.size, generator=gen) < density).numpy()] ^= 1
+    enc = PatchEncoder(base, new)
+    (model_dir / "next.patch").write_bytes(b"".join(enc.segments()))
+    meta = {"base": enc.base_hash, "result": enc.result_hash}
+    (model_dir / "next.json").write_text(json.dumps(meta))
+
+
 def run_memory_bench(sizes: tuple[str, ...] = tuple(SHAPES)) -> list[dict[str, Any]]:
     """Peak RSS of every role for every size, each in its own process."""
     from p2prl.rl.randmodel import TINY, build_random_model_dir
@@ -87,6 +133,7 @@ def run_memory_bench(sizes: tuple[str, ...] = tuple(SHAPES)) -> list[dict[str, A
         for size in sizes:
             shape = {**TINY, "num_attention_heads": 8, "num_key_value_heads": 2, **SHAPES[size]}
             d = build_random_model_dir(Path(tmp) / size, "qwen2", shape=shape)
+            write_next_patch(d)
             for role in ROLES:
                 out = subprocess.run(
                     [sys.executable, "-m", "p2prl.bench.memory", role, str(d)],

@@ -9,6 +9,7 @@ from typing import Any
 
 from p2prl.node.assets import AssetError, fetch_asset, install_model_files, publish_asset
 from p2prl.node.context import NodeContext, NodeStartError
+from p2prl.node.live import LiveWeights
 from p2prl.node.weights import Weights, load_base_model, load_saved_weights, model_dir_for
 from p2prl.patch import ManifestStore
 from p2prl.rl import GenerationParams, HFEngine, ModelDirError, get_task, pack_files, pick_device
@@ -46,10 +47,10 @@ def genesis_base_hash(ctx: NodeContext) -> str:
     return ctx.g.model.weights_hash
 
 
-def base_model(ctx: NodeContext, strict: bool) -> tuple[Any, Any, dict[str, Any], str]:
+def base_model(ctx: NodeContext, strict: bool, share: bool = False) -> tuple[Any, Any, dict[str, Any], str]:
     """The genesis model for this node (its ``--model`` copy, the cache, the built-in one, or the
     files fetched from the network), checked against the genesis; a mismatch stops the node with a
-    one-line reason."""
+    one-line reason. ``share``: the state is the model's own tensors on the CPU (load_base_model)."""
     cfg = ctx.config
 
     def fetch(target: Path) -> Path:
@@ -57,7 +58,13 @@ def base_model(ctx: NodeContext, strict: bool) -> tuple[Any, Any, dict[str, Any]
 
     try:
         return load_base_model(
-            ctx.g, cfg.model_cache_dir, cfg.model, pick_device(cfg.device), strict=strict, fetch=fetch
+            ctx.g,
+            cfg.model_cache_dir,
+            cfg.model,
+            pick_device(cfg.device),
+            strict=strict,
+            fetch=fetch,
+            share=share,
         )
     except (ModelDirError, AssetError, FileNotFoundError, ValueError) as e:
         raise NodeStartError(str(e)) from e
@@ -76,19 +83,22 @@ def publish_model_files(ctx: NodeContext) -> None:
         raise NodeStartError(str(e)) from e
 
 
-def load_start(ctx: NodeContext, weights_dir: Path) -> tuple[Any, Any, Weights]:
-    """The model object, tokenizer and the weights to start from: saved ones if valid, else the base.
+def load_start(ctx: NodeContext, weights_dir: Path) -> tuple[Any, Any, Weights, dict[str, Any]]:
+    """The model object, tokenizer, the weights to start from (saved ones if valid, else the base)
+    and the base state (the tensors the role's weights live in).
 
     The base model must hash to genesis' ``model.weights_hash``; if this machine builds it
     differently, it still starts from it as version 0 but marks it unverified (hash ""), so the
     first sync takes the slow path from an anchor instead of trusting a patch base it does not have.
     """
-    model, tok, base, h = base_model(ctx, strict=ctx.config.model is not None)  # --model: must match
+    # --model: must match; one copy of the weights unless a test miner perturbs what its model runs
+    share = not ctx.config.dishonest_perturb
+    model, tok, base, h = base_model(ctx, strict=ctx.config.model is not None, share=share)
     saved = load_saved_weights(weights_dir)
     if saved is not None:
         log.info("resuming from saved weights v%d (%s)", saved.version, saved.hash[:12])
         ctx.status.incr("restarts_resumed")
-        return model, tok, saved
+        return model, tok, saved, base
     if h != genesis_base_hash(ctx):
         log.warning(
             "local base model hash %s differs from genesis %s; will sync from an anchor",
@@ -96,8 +106,8 @@ def load_start(ctx: NodeContext, weights_dir: Path) -> tuple[Any, Any, Weights]:
             genesis_base_hash(ctx)[:12],
         )
         ctx.status.incr_label("warnings", "base_hash_mismatch")
-        return model, tok, Weights(0, "", base)
-    return model, tok, Weights(0, h, base)
+        return model, tok, Weights(0, "", base), base
+    return model, tok, Weights(0, h, base), base
 
 
 @dataclass
@@ -109,16 +119,20 @@ class SyncedRole:
     engine: Any  # p2prl.rl.engine.HFEngine
     tok: Any
     start: Weights
+    live: Any  # p2prl.node.live.LiveWeights: the start state, patched in place
 
     @property
     def weights_dir(self) -> Path:
         return self.dir / "weights"
 
 
-def open_synced_role(ctx: NodeContext, name: str) -> SyncedRole:
-    """The role's data directory, its manifest store, an engine and the weights to start from."""
+def open_synced_role(ctx: NodeContext, name: str, keep: int = 1) -> SyncedRole:
+    """The role's data directory, its manifest store, an engine and the weights to start from (held
+    once, as ``live``, which keeps ``keep`` versions reachable)."""
     d = ctx.data_dir / name
     d.mkdir(parents=True, exist_ok=True)
     book = ManifestStore(ctx.network_id, ctx.genesis.trainer_key, d / "manifests")
-    model, tok, start = load_start(ctx, d / "weights")
-    return SyncedRole(d, book, HFEngine(model, tok), tok, start)
+    model, tok, start, base = load_start(ctx, d / "weights")
+    live = LiveWeights(base, start, keep)
+    start = live.weights()
+    return SyncedRole(d, book, HFEngine(model, tok), tok, start, live)

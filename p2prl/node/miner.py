@@ -38,7 +38,7 @@ class Miner:
         self.dir, self.book, self.engine, self.tok = role.dir, role.book, role.engine, role.tok
         start = role.start
         self.task = task_of(ctx)
-        self.sync = WeightSync(ctx, self.book, start, role.weights_dir)
+        self.sync = WeightSync(ctx, self.book, start, role.weights_dir, live=role.live)
         self.active: Weights = start
         self._activate(start)
         self.pinned: deque[str] = deque()

@@ -6,6 +6,10 @@ fetches the blobs (peers first, S3 after), applies them into a *staging copy* an
 hash. Only a complete, verified version becomes ``staged``; the role takes it with
 :meth:`WeightSync.take_staged` at a safe point between batches, so nothing ever runs on a
 half-applied model. Each staged version is saved to disk first, so a restart resumes from it.
+
+With ``live`` (node/live.py: one copy of the weights, the engine model's own tensors) the sync
+thread fetches and plans only; ``take_staged`` verifies each fetched patch and applies it in place
+on the role's thread, and saves the version it reached.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from p2prl.node.context import NodeContext
+from p2prl.node.live import LiveWeights
 from p2prl.node.weights import Weights, save_weights
 from p2prl.patch import ManifestError, ManifestStore, PatchError, materialize, plan_sync, weights_hash
 from p2prl.protocol import PatchManifest
@@ -42,13 +47,17 @@ class WeightSync:
         weights_dir: Path,
         *,
         consecutive: bool = False,
+        live: LiveWeights | None = None,
     ) -> None:
         self.ctx = ctx
         self.book = book
         self.weights_dir = Path(weights_dir)
         self.consecutive = consecutive  # stage every version (validators check batches of each)
         self._lock = threading.Lock()
+        self.live = live
+        self._plans: dict[int, list[PatchManifest]] = {}  # live: fetched, applied when taken
         self._current = start
+        self._switching: Weights | None = None  # live: the newest version being applied
         self._staged: list[Weights] = []
         self._slow = False
         self._last_s3 = 0.0
@@ -70,8 +79,12 @@ class WeightSync:
         """Every version staged since the last call, oldest first; the newest becomes current."""
         with self._lock:
             out, self._staged = self._staged, []
-            if out:
+            if out and self.live is None:
                 self._current = out[-1]
+            elif out:  # the sync thread plans on from it while the role applies
+                self._switching = out[-1]
+        if out and self.live is not None:
+            out = self._switch(out)
         if out:
             self.ctx.status.set(version=out[-1].version, weights_hash=out[-1].hash)
             self._set_state()
@@ -119,10 +132,12 @@ class WeightSync:
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
                 continue
             backoff = 0.5
-            save_weights(w, self.weights_dir)
+            if self.live is None:
+                save_weights(w, self.weights_dir)
             with self._lock:
                 self._staged.append(w)
-                del self._staged[:-MAX_STAGED]
+                if self.live is None:  # live: each staged plan starts where the previous one ends
+                    del self._staged[:-MAX_STAGED]
             self._slow = False
             ctx.status.record_hash(w.version, w.hash)
             self._retain(w.version)
@@ -130,7 +145,7 @@ class WeightSync:
 
     def _base(self) -> Weights:
         with self._lock:
-            return self._staged[-1] if self._staged else self._current
+            return self._staged[-1] if self._staged else self._switching or self._current
 
     def _set_state(self) -> None:
         m = self.book.newest()
@@ -189,6 +204,11 @@ class WeightSync:
             nbytes += m.blob.size
             self._fetch(m)
         t1 = time.monotonic()
+        if self.live is not None:  # verified and applied in place when the role takes it
+            with self._lock:
+                self._plans[target.version] = plan
+            self.ctx.status.gauge("patch_fetch_ms", (t1 - t0) * 1000)
+            return Weights(target.version, target.result_hash, {})
         if starts_at_anchor:
             state = materialize(None, plan, self.ctx.store.get)
         else:
@@ -214,6 +234,36 @@ class WeightSync:
             (t2 - t1) * 1000,
         )
         return Weights(target.version, got, state)
+
+    def _switch(self, pending: list[Weights]) -> list[Weights]:
+        """Live: verify and apply the fetched plans in place, oldest first, up to the first bad one
+        (then the next sync starts from an anchor); saves and returns the versions reached."""
+        assert self.live is not None
+        st, done = self.ctx.status, []
+        with self._lock:
+            plans = [self._plans.pop(w.version, None) for w in pending]
+            self._plans.clear()
+        for w, plan in zip(pending, plans, strict=True):
+            t0 = time.monotonic()
+            try:
+                if plan is None:
+                    raise SyncError(f"no fetched plan for v{w.version}")
+                done.append(self.live.advance(plan, self.ctx.store.get))
+            except (PatchError, SyncError) as e:
+                st.incr("sync_failures")
+                st.incr_label("sync_failed", _reason(e))
+                log.warning("switch to v%d failed: %s", w.version, e)
+                self._slow = True
+                break
+            st.incr("patches_applied", len(plan))
+            st.incr("patch_bytes_total", sum(m.blob.size for m in plan))
+            st.gauge("patch_last_bytes", plan[-1].blob.size)
+            st.gauge("patch_apply_ms", (time.monotonic() - t0) * 1000)
+        with self._lock:
+            self._current, self._switching = self.live.weights(), None
+        if done:
+            save_weights(done[-1], self.weights_dir)
+        return done
 
     def _fetch(self, m: PatchManifest) -> None:
         ref = m.blob

@@ -56,11 +56,13 @@ def position_secret(identity: Any) -> bytes:
 
 
 class VersionCache:
-    """The last few versions' weights, and which one is loaded in the engine's model."""
+    """The last few versions' weights, and which one is loaded in the engine's model. With ``live``
+    (node/live.py) they are one set of tensors, stepped to the version asked for."""
 
-    def __init__(self, engine: Any, keep: int) -> None:
+    def __init__(self, engine: Any, keep: int, live: Any = None) -> None:
         self.engine = engine
         self.keep = keep
+        self.live = live
         self.states: LRU[int, Weights] = LRU(keep)
         self.loaded: int | None = None
         self._lock = threading.Lock()
@@ -79,6 +81,11 @@ class VersionCache:
             w = self.states.get(version)
         if w is None or not w.hash:
             return None
+        if self.live is not None and w.state is self.live.state:
+            if not self.live.reachable(version):
+                return None
+            self.live.goto(version)
+            self.loaded = None  # the live tensors moved; the engine loads them (on the CPU: they are its own)
         if self.loaded != version:
             self.engine.load_state_dict(w.state)
             self.loaded = version
@@ -110,12 +117,13 @@ def calibrated(model: Any, tok: Any, task: Any, gen: Any, manifest_hash: str, vc
 class Validator:
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx
-        role = open_synced_role(ctx, "validator")
+        keep = max(ctx.config.keep_states, int(ctx.g.max_staleness) + 1)
+        role = open_synced_role(ctx, "validator", keep)
         self.dir, self.book, self.engine, tok = role.dir, role.book, role.engine, role.tok
         start = role.start
-        self.cache = VersionCache(self.engine, max(ctx.config.keep_states, int(ctx.g.max_staleness) + 1))
+        self.cache = VersionCache(self.engine, keep, role.live)
         self.cache.add(start)
-        self.sync = WeightSync(ctx, self.book, start, role.weights_dir, consecutive=True)
+        self.sync = WeightSync(ctx, self.book, start, role.weights_dir, consecutive=True, live=role.live)
         gen = generation_params(ctx)
         vcfg = ValidatorConfig(
             max_staleness=int(ctx.g.max_staleness),

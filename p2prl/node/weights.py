@@ -106,16 +106,18 @@ def load_base_model(
     device: str = "cpu",
     strict: bool = True,
     fetch: Callable[[Path], Path] | None = None,
+    share: bool = False,
 ) -> tuple[Any, Any, State, str]:
     """The genesis base model on ``device``, its prompt-formatting tokenizer, its bf16 CPU state and
     that state's weights hash. Config and tokenizer must match the genesis; so must the weights when
     ``strict`` (a miner may instead start unverified and sync from an anchor, as one does whose
-    files came from the network without weights: version 0's anchor carries those)."""
+    files came from the network without weights: version 0's anchor carries those). With ``share``
+    on the CPU the state is the model's own tensors (one copy, patched in place: node/live.py)."""
     path = model_dir_for(g.model, model_dir, cache_dir, fetch)
     weighted = has_weights(path) or strict
     verify_model_files(path, g.model, weighted)
     model = load_weights_model(path, torch.bfloat16) if weighted else model_from_config(path)
-    state = clone_state(unique_state(model))
+    state = unique_state(model) if share and device == "cpu" else clone_state(unique_state(model))
     h = weights_hash(state)
     if strict and h != g.model.weights_hash:
         raise ModelDirError(

@@ -7,8 +7,8 @@ torch's import time); the chain, which holds torch state dicts, is loaded on fir
 from typing import TYPE_CHECKING
 
 from p2prl.lazyexports import lazy_exports
-from p2prl.patch.apply import PatchApplier, apply_patch
-from p2prl.patch.dtypes import changed_fraction
+from p2prl.patch.apply import PatchApplier, SegmentChange, apply_patch
+from p2prl.patch.dtypes import changed_fraction, uint_view
 from p2prl.patch.encode import PatchEncoder, PatchStats, encode_patch, iter_patch
 from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.patch.files import apply_files, diff_files
@@ -18,10 +18,12 @@ from p2prl.patch.inspect import inspect_patch
 from p2prl.patch.manifests import ManifestError, ManifestStore, manifest_file_name, open_manifest
 
 if TYPE_CHECKING:
+    from p2prl.patch.anchors import decode_anchor
     from p2prl.patch.chain import (
         ChainPublisher,
         Published,
         PublishedVersion,
+        checked_blob,
         materialize,
         plan_sync,
         retention,
@@ -39,9 +41,12 @@ __all__ = [
     "PatchStats",
     "Published",
     "PublishedVersion",
+    "SegmentChange",
     "apply_files",
     "apply_patch",
     "changed_fraction",
+    "checked_blob",
+    "decode_anchor",
     "diff_files",
     "encode_patch",
     "inspect_patch",
@@ -52,6 +57,7 @@ __all__ = [
     "plan_sync",
     "retention",
     "sorted_names",
+    "uint_view",
     "weights_hash",
     "weights_hash_file",
 ]

@@ -34,7 +34,9 @@ from p2prl.patch.format import (
 )
 from p2prl.patch.hashing import DOMAIN, entry_prefix, weights_hash
 
-__all__ = ["PatchApplier", "apply_patch", "check_base"]
+__all__ = ["PatchApplier", "SegmentChange", "apply_patch", "check_base"]
+
+SegmentChange = tuple[int, int, "np.ndarray | None", np.ndarray]  # tensor, start, positions, old ^ new
 
 
 FINALISE_CHUNK = 1 << 20  # elements copied then hashed at a time (still in cache for the hash)
@@ -70,7 +72,14 @@ class PatchApplier:
     ``staging`` (optional) is a state dict of the same names, dtypes and shapes whose contents
     may be overwritten (a node's spare buffer): the result is then built entirely in it, so a
     node can double-buffer and never pay for fresh allocations. It must not share memory with
-    ``base``; on failure its contents are undefined.
+    ``base`` unless the patch is already known good (``staging=base`` applies in place; on failure
+    its contents are undefined).
+
+    ``verify_only`` checks a patch without keeping its result: each segment is staged, patched,
+    hashed and dropped in turn, so checking costs one segment, not a copy of every touched tensor,
+    and ``finish`` returns an empty dict. ``record`` (a list) receives, per segment, what it changed:
+    ``(tensor index, start, positions or None for a dense segment, old XOR new bit patterns)``, enough
+    to step the result back to the base and forward again in place.
     """
 
     def __init__(
@@ -79,9 +88,15 @@ class PatchApplier:
         *,
         base_hash: str | None = None,
         staging: Mapping[str, TensorLike] | None = None,
+        verify_only: bool = False,
+        record: list[SegmentChange] | None = None,
     ) -> None:
+        if verify_only and (staging is not None or record is not None):
+            raise ValueError("verify_only keeps no result: no staging and no record")
         self._base = base
         self._spare = staging
+        self._verify_only = verify_only
+        self._record = record
         self._known_base_hash = base_hash
         self._buf = bytearray()
         self._header: Header | None = None
@@ -247,7 +262,8 @@ class PatchApplier:
             end = numel if cur_t < ti else start
             if end > cur_off:
                 src = uint_view(self._base[spec.name])
-                if cur_t == ti or cur_t in self._views or self._spare is not None:
+                copy = cur_t == ti or cur_t in self._views or self._spare is not None
+                if copy and not self._verify_only:
                     dst = self._view(cur_t)
                     for a in range(cur_off, end, FINALISE_CHUNK):
                         b = min(end, a + FINALISE_CHUNK)
@@ -275,8 +291,12 @@ class PatchApplier:
         self._advance_to(seg.tensor, seg.start)
         self._enter(seg.tensor)
         end = seg.start + seg.span
-        target = self._view(seg.tensor)[seg.start : end]
-        np.copyto(target, uint_view(self._base[self._header.tensors[seg.tensor].name])[seg.start : end])
+        src = uint_view(self._base[self._header.tensors[seg.tensor].name])[seg.start : end]
+        if self._verify_only:  # the segment alone is staged, checked, hashed and dropped
+            target = src.copy()
+        else:
+            target = self._view(seg.tensor)[seg.start : end]
+            np.copyto(target, src)
         self._decode_into(seg, iframe, vframe, target)
         self._result.update(memoryview(target).cast("B"))
         self._cursor = (seg.tensor, end)
@@ -300,6 +320,8 @@ class PatchApplier:
             if np.any(new == old):
                 raise PatchError(PatchReason.MALFORMED, "segment lists an element that does not change")
             target[pos] = new
+            if self._record is not None:
+                self._record.append((seg.tensor, seg.start, pos.astype(np.uint32), old ^ new))
             return
         if seg.value_coding == VALUE_DELTA:
             changed = int(np.count_nonzero(vals))
@@ -312,6 +334,8 @@ class PatchApplier:
                 PatchReason.MALFORMED,
                 f"dense segment changes {changed} elements, declares {seg.count}",
             )
+        if self._record is not None:
+            self._record.append((seg.tensor, seg.start, None, target ^ new))
         target[...] = new
 
     def finish(self) -> dict[str, TensorLike]:
@@ -327,7 +351,7 @@ class PatchApplier:
             self._fail(e)
             raise
         out: dict[str, TensorLike] = {}
-        for ti, spec in enumerate(self._header.tensors):
+        for ti, spec in enumerate(self._header.tensors if not self._verify_only else ()):
             out[spec.name] = self._staging[ti] if ti in self._staging else self._base[spec.name]
         got = self._result.hexdigest()
         if got != self._result_hash:

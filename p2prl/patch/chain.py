@@ -10,6 +10,7 @@ never drops an anchor that a retained delta's slow path needs.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,6 +174,25 @@ def plan_sync(
     )
 
 
+def checked_blob(m: PatchManifest, load_blob: Callable[[str], bytes]) -> bytes:
+    """The blob ``m`` names, of the size it declares, in a codec this node reads; PatchError otherwise."""
+    try:
+        blob = load_blob(m.blob.id)
+    except (StoreError, KeyError, OSError) as e:
+        raise PatchError(
+            PatchReason.UNAVAILABLE, f"blob {m.blob.id[:16]} of version {m.version} unavailable: {e}"
+        ) from None
+    if len(blob) != m.blob.size:
+        raise PatchError(
+            PatchReason.HASH_MISMATCH,
+            f"blob of version {m.version} has {len(blob)} bytes, manifest says {m.blob.size}",
+        )
+    codec = ANCHOR_CODEC if m.kind == "anchor" else CODEC
+    if m.codec != codec:
+        raise PatchError(PatchReason.UNSUPPORTED, f"unsupported {m.kind} codec {m.codec!r}")
+    return blob
+
+
 def materialize(
     start_state: Mapping[str, torch.Tensor] | None,
     plan: Sequence[PatchManifest],
@@ -190,26 +210,11 @@ def materialize(
     state: Mapping[str, torch.Tensor] | None = start_state
     h = start_hash
     for m in plan:
-        try:
-            blob = load_blob(m.blob.id)
-        except (StoreError, KeyError, OSError) as e:
-            raise PatchError(
-                PatchReason.UNAVAILABLE,
-                f"blob {m.blob.id[:16]} of version {m.version} unavailable: {e}",
-            ) from None
-        if len(blob) != m.blob.size:
-            raise PatchError(
-                PatchReason.HASH_MISMATCH,
-                f"blob of version {m.version} has {len(blob)} bytes, manifest says {m.blob.size}",
-            )
+        blob = checked_blob(m, load_blob)
         if m.kind == "anchor":
-            if m.codec != ANCHOR_CODEC:
-                raise PatchError(PatchReason.UNSUPPORTED, f"unsupported anchor codec {m.codec!r}")
             state = decode_anchor(blob, m.result_hash)
             h = m.result_hash
             continue
-        if m.codec != CODEC:
-            raise PatchError(PatchReason.UNSUPPORTED, f"unsupported patch codec {m.codec!r}")
         if state is None:
             raise PatchError(
                 PatchReason.WRONG_BASE,
@@ -303,6 +308,7 @@ class ChainPublisher:
         self.version: int | None = None
         self.result_hash: str | None = None
         self._state: dict[str, torch.Tensor] | None = None
+        self.last_encode_s = 0.0  # the newest publish's diff and encode (for the node's status)
         self.manifests = self._resume()
 
     # persistence
@@ -361,6 +367,7 @@ class ChainPublisher:
         """Publish ``state`` (the trainer's bf16 weights) as the next version."""
         snapshot = {k: v.detach().clone(memory_format=torch.contiguous_format) for k, v in state.items()}
         delta = anchor = None
+        t0 = time.monotonic()
         if self._state is None:
             v = 0
             blob = encode_anchor(snapshot)
@@ -381,6 +388,7 @@ class ChainPublisher:
                 blob=blob_ref_for(dblob, self.chunk_size),
                 anchor_version=v - v % self.anchor_interval,
             )
+            self.last_encode_s = time.monotonic() - t0
             delta = self._sign(m, dblob)
             blob = encode_anchor(snapshot) if v % self.anchor_interval == 0 else None
         if blob is not None:

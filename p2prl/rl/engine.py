@@ -93,7 +93,8 @@ def copy_state_in_place(model: torch.nn.Module, state: Mapping[str, Tensor]) -> 
         for k, v in state.items():
             if tuple(v.shape) != tuple(own[k].shape):
                 raise ValueError(f"shape mismatch for {k}: {tuple(v.shape)} vs {tuple(own[k].shape)}")
-            own[k].copy_(v)
+            if v.data_ptr() != own[k].data_ptr():  # a state made of the model's own tensors is loaded
+                own[k].copy_(v)
 
 
 def _lm_head(model: Any) -> torch.nn.Module:

@@ -1,0 +1,155 @@
+"""One copy of the weights: the node's state of the current version is patched in place.
+
+A miner or validator on the CPU holds each version once: the state dict it verifies and patches is
+made of the engine model's own tensors (tied aliases appear once), not a second copy. A version
+switch first checks the patch against the live tensors without keeping the result (``verify_only``:
+one segment staged at a time), and only a patch that produces the hash its manifest promises is then
+applied in place. Per version it keeps which bits each segment changed (positions and XOR; a dense
+segment's XOR whole), so a validator can step the model back to the version a batch was made at and
+forward again without a copy per version.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from p2prl.node.weights import State, Weights
+from p2prl.patch import (
+    PatchApplier,
+    PatchError,
+    PatchReason,
+    SegmentChange,
+    checked_blob,
+    decode_anchor,
+    sorted_names,
+    uint_view,
+)
+from p2prl.protocol import PatchManifest
+
+log = logging.getLogger(__name__)
+
+
+class LiveWeights:
+    """The current version's tensors (``state``), advanced in place by verified patches.
+
+    ``keep`` versions stay reachable by :meth:`goto` (the newest and ``keep - 1`` before it), as
+    long as they were reached by deltas (an anchor resets the history). Not thread-safe: the
+    role's own thread advances and steps it, between uses of the model.
+    """
+
+    def __init__(self, state: State, start: Weights, keep: int = 1) -> None:
+        self.state = state
+        if start.state is not state:
+            _copy_into(state, start.state)
+        self.keep = max(1, keep)
+        self.head = self.loaded = start.version
+        self.hash = start.hash
+        self._names = sorted_names(state)
+        self._hashes: dict[int, str] = {start.version: start.hash}
+        self._steps: OrderedDict[int, list[SegmentChange]] = OrderedDict()  # v: changes v-1 -> v
+
+    def weights(self, version: int | None = None) -> Weights:
+        v = self.head if version is None else version
+        return Weights(v, self._hashes.get(v, "") if v != self.head else self.hash, self.state)
+
+    def reachable(self, version: int) -> bool:
+        return self.head - len(self._steps) <= version <= self.head
+
+    # -- switching versions ---------------------------------------------------------------
+    def advance(self, plan: Sequence[PatchManifest], load_blob: Callable[[str], bytes]) -> Weights:
+        """Apply ``plan`` (from ``plan_sync``, starting at the head version or at an anchor).
+
+        Each delta is verified before any tensor changes; a bad one raises PatchError and leaves
+        the state at the last good version. An anchor is decoded beside the state (its one full
+        copy, held only while it is copied in) and checked against its hash first."""
+        self.goto(self.head)
+        for m in plan:
+            blob = checked_blob(m, load_blob)
+            if m.kind == "anchor":
+                _copy_into(self.state, decode_anchor(blob, m.result_hash))
+                self._steps.clear()
+            else:
+                self._apply_delta(m, blob)
+            self.head = self.loaded = m.version
+            self.hash = self._hashes[m.version] = m.result_hash
+            while len(self._steps) > self.keep - 1:
+                self._steps.popitem(last=False)
+            for v in [v for v in self._hashes if not self.reachable(v)]:
+                del self._hashes[v]
+        return self.weights()
+
+    def _apply_delta(self, m: PatchManifest, blob: bytes) -> None:
+        if not self.hash or self.hash != m.base_hash:
+            raise PatchError(
+                PatchReason.WRONG_BASE,
+                f"version {m.version} applies to {m.base_hash[:16]}…, state is {self.hash[:16]}…",
+            )
+        check = PatchApplier(self.state, base_hash=self.hash, verify_only=True)
+        check.feed(blob)
+        if check.header is not None and check.header.base_hash != m.base_hash:
+            raise PatchError(
+                PatchReason.BAD_MANIFEST,
+                f"patch of version {m.version} does not match its manifest's base hash",
+            )
+        check.finish()
+        if check.result_hash != m.result_hash:
+            raise PatchError(
+                PatchReason.HASH_MISMATCH,
+                f"patch of version {m.version} does not produce its manifest's result hash",
+            )
+        changes: list[SegmentChange] = []
+        apply = PatchApplier(
+            self.state, base_hash=self.hash, staging=self.state, record=changes if self.keep > 1 else None
+        )
+        try:
+            apply.feed(blob)
+            apply.finish()
+        except PatchError:  # checked a moment ago: only a fault here gets this far
+            self.hash = ""  # unverified: the next sync starts from an anchor
+            self._steps.clear()
+            raise
+        self._steps[m.version] = changes
+
+    def goto(self, version: int) -> None:
+        """Step the tensors to ``version`` (one the history reaches) by undoing or redoing changes."""
+        if not self.reachable(version):
+            raise KeyError(f"version {version} is not held (v{self.head - len(self._steps)}..v{self.head})")
+        while self.loaded > version:
+            self._put(self._steps[self.loaded])
+            self.loaded -= 1
+        while self.loaded < version:
+            self.loaded += 1
+            self._put(self._steps[self.loaded])
+
+    def _put(self, changes: list[SegmentChange]) -> None:
+        """XOR each segment's changed bits back in: undoes a step, or redoes an undone one."""
+        views: dict[int, np.ndarray] = {}
+        for ti, start, pos, bits in changes:
+            v = views.get(ti)
+            if v is None:
+                v = views[ti] = uint_view(self.state[self._names[ti]])
+            if pos is None:
+                v[start : start + bits.size] ^= bits
+            else:
+                v[start:][pos] ^= bits
+
+
+def _copy_into(state: State, new: State) -> None:
+    """Copy ``new`` into ``state``'s tensors; both must hold the same names, dtypes and shapes."""
+    if set(new) != set(state):
+        raise PatchError(PatchReason.WRONG_BASE, "the weights' tensor names differ from the model's")
+    with torch.no_grad():
+        for k, t in state.items():
+            src = new[k]
+            if src.dtype != t.dtype or src.shape != t.shape:
+                raise PatchError(
+                    PatchReason.WRONG_BASE,
+                    f"{k} is {src.dtype}{list(src.shape)}, the model holds {t.dtype}{list(t.shape)}",
+                )
+            if src.data_ptr() != t.data_ptr():
+                t.copy_(src)
