@@ -17,10 +17,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from p2prl.atomicfile import write_atomic
 from p2prl.protocol import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, AssetSpec, blob_ref_for
+from p2prl.rl import file_sha256
 
 log = logging.getLogger(__name__)
 MODEL_FILES_ASSET = "model_files"
+TASK_DATA_ASSET = "task_data"
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet")  # what a data-backed task reads (rl/tasks/data.py)
 
 
 class AssetError(Exception):
@@ -63,7 +67,9 @@ def fetch_asset(ctx: Any, asset: AssetSpec) -> bytes:
         task = bar.add_task(asset.name, total=asset.size)
         try:
             path = ctx.net.fetch(
-                asset.ref, timeout=ctx.config.fetch_timeout_s, on_progress=lambda done, _total: bar.update(task, completed=done)
+                asset.ref,
+                timeout=ctx.config.fetch_timeout_s,
+                on_progress=lambda done, _total: bar.update(task, completed=done),
             )
         except Exception as e:
             ctx.status.incr_label("asset_fetch_failed", asset.name)
@@ -91,3 +97,40 @@ def install_model_files(data: bytes, target: Path) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def task_data_asset(params: dict[str, Any], chunk_size: int) -> AssetSpec | None:
+    """``network init``: the ``task_data`` asset of a data-backed task given ``path=FILE`` (its pinned
+    ``data_sha256`` is the blob id), so a joining node without the file fetches it; None otherwise."""
+    path, pinned = params.get("path"), params.get("data_sha256")
+    if not path or not pinned:
+        return None
+    data = Path(path).read_bytes()
+    asset = asset_for(TASK_DATA_ASSET, data, chunk_size)
+    if asset.id != pinned:
+        raise ValueError(f"task data file {path} does not hash to the pinned data_sha256 {pinned[:12]}…")
+    return asset
+
+
+def task_data_file(ctx: Any, data_sha256: str, genesis_path: str) -> Path:
+    """Where this node reads the genesis task's data file: its fetched copy, the path the genesis names
+    when that holds the pinned bytes, else fetched now (peers, then S3) and verified. The trainer
+    serves the file (and mirrors it to S3) as the ``task_data`` asset."""
+    asset = ctx.g.asset(data_sha256)
+    name = Path(genesis_path).name
+    if Path(name).suffix.lower() not in DATA_SUFFIXES or name.startswith("."):
+        name = "data.jsonl"  # a name a peer chose never picks where or how the node reads
+    cached = Path(ctx.data_dir) / "assets" / asset.id[:32] / name
+    held = [p for p in (cached, Path(genesis_path)) if _holds(p, asset)]
+    path = held[0] if held else cached
+    if not held:
+        data = fetch_asset(ctx, asset)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(cached, data)
+    if ctx.config.role == "trainer":
+        publish_asset(ctx, asset, path.read_bytes())
+    return path
+
+
+def _holds(path: Path, asset: AssetSpec) -> bool:
+    return path.is_file() and path.stat().st_size == asset.size and file_sha256(path) == asset.id

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from p2prl.node.assets import AssetError, fetch_asset, install_model_files, publish_asset
+from p2prl.node.assets import AssetError, fetch_asset, install_model_files, publish_asset, task_data_file
 from p2prl.node.context import NodeContext, NodeStartError
 from p2prl.node.live import LiveWeights
 from p2prl.node.weights import Weights, load_base_model, load_saved_weights, model_dir_for
@@ -35,9 +35,12 @@ def groups_per_batch(ctx: NodeContext) -> int:
 def task_of(ctx: NodeContext) -> Any:
     """The genesis task (a plugin one too); a task this machine cannot build stops the node clearly."""
     t = ctx.g.task
+    params = dict(t.params)
     try:
-        task = get_task(t.name, **t.params)
-    except ValueError as e:
+        if t.data_sha256:  # the data file travels as a genesis asset: this node's copy, or fetched
+            params["path"] = str(task_data_file(ctx, t.data_sha256, str(params.get("path", ""))))
+        task = get_task(t.name, **params)
+    except (ValueError, AssetError) as e:
         raise NodeStartError(f"genesis task: {e}") from e
     ctx.status.set(task=t.name, task_source=f"{type(task).__module__}:{type(task).__qualname__}")
     return task

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from p2prl.crypto import KeyFileError, load_identity, load_or_create_identity
-from p2prl.node.assets import MODEL_FILES_ASSET, asset_for
+from p2prl.node.assets import MODEL_FILES_ASSET, TASK_DATA_ASSET, asset_for, task_data_asset
 from p2prl.node.genesis import SignedGenesis, make_genesis, write_genesis
 from p2prl.protocol import (
     AssetSpec,
@@ -141,7 +141,7 @@ def genesis_from_spec(
         network_id=spec.network_id,
         model=model,
         prompt=section_of(spec, PromptSpec),
-        task=section_of(spec, TaskSpec),
+        task=section_of(spec, TaskSpec, data_sha256=_task_data_id(assets)),
         generation=section_of(spec, GenerationSpec, stop_token_ids=tuple(stop_token_ids)),
         patch=section_of(spec, PatchSpec),
         validators=[_validator_key(v) for v in spec.validators],
@@ -152,10 +152,15 @@ def genesis_from_spec(
     )
 
 
+def _task_data_id(assets: tuple[AssetSpec, ...]) -> str:
+    return next((a.id for a in assets if a.name == TASK_DATA_ASSET), "")
+
+
 def describe_model(spec: Any, model_cache: Path) -> tuple[ModelSpec, tuple[int, ...], tuple[AssetSpec, ...]]:
     """The genesis model section, stop ids and assets for ``spec`` (its ``--model`` directory, else the
     built-in model), after checking the prompt format works with the tokenizer (callers check the task).
-    A directory's non-weight files become the ``model_files`` asset a joining node fetches."""
+    A directory's non-weight files become the ``model_files`` asset a joining node fetches, a
+    data-backed task's file (``path=FILE``, its hash pinned first) the ``task_data`` asset."""
     # torch, as in base_model_info
     from p2prl.rl import build_default_model, describe, load_tokenizer, pack_files, stop_ids_of
 
@@ -169,7 +174,8 @@ def describe_model(spec: Any, model_cache: Path) -> tuple[ModelSpec, tuple[int, 
         model, path = base_model_info(model_cache), build_default_model(Path(model_cache))
         stops = stop_ids_of(path, load_tokenizer(path).tok)
     load_tokenizer(path, prompt.format, prompt.system).encode_prompt("1+1=")  # chat needs a template
-    return model, stops, assets
+    data = task_data_asset(spec.task_params, spec.chunk_size)
+    return model, stops, assets + ((data,) if data is not None else ())
 
 
 def init_network(spec: Any, *, key_path: Path, model_cache: Path, out: Path) -> SignedGenesis:

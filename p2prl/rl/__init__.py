@@ -7,7 +7,7 @@ transformers) on first use, so importing the package costs no torch.
 from typing import TYPE_CHECKING
 
 from p2prl.lazyexports import lazy_exports
-from p2prl.rl.tasks import derive_seed, get_task, parse_task_params, pin_task_params
+from p2prl.rl.tasks import derive_seed, file_sha256, get_task, parse_task_params, pin_task_params
 
 if TYPE_CHECKING:
     from p2prl.rl.buffer import ReplayBuffer
@@ -64,6 +64,7 @@ __all__ = [
     "default_cache_dir",
     "derive_seed",
     "describe",
+    "file_sha256",
     "get_task",
     "has_weights",
     "launched",

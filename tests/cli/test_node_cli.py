@@ -122,5 +122,5 @@ def test_network_init_pins_task_params_and_data_hash(tmp_path: Path, model_cache
     assert task == {
         "name": "gsm8k",
         "params": {"path": str(data), "max_records": 5, "data_sha256": file_sha256(data)},
-        "data_sha256": "",  # no data asset: each node gives its own copy, checked against the pinned hash
+        "data_sha256": file_sha256(data),  # the task_data asset: a node without the file fetches it
     }
