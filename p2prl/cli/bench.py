@@ -1,4 +1,4 @@
-"""``p2prl bench patch|patch-cli|fanout|proof|honest|flood|trainer|swarm-sim|memory``: the benchmarks whose
+"""``p2prl bench patch|patch-cli|fanout|proof|honest|flood|trainer|swarm-sim|memory|scale``: the benchmarks whose
 figures are quoted in docs/BENCHMARKS.md.
 
 Each command prints what one benchmark of :mod:`p2prl.bench` measures (``--json`` for the record);
@@ -401,3 +401,41 @@ def bench_memory(
             f"{r['size']:4} {r['role']:9} {r['parameters']:>11,} {r['bf16_mib']:>9.1f} {r['baseline_mib']:>9.1f} "
             f"{r['peak_mib']:>9.1f} {added:>10.2f}"
         )
+
+
+@app.command("scale")
+def bench_scale(
+    scale: str = typer.Option(
+        "0.5b", "--scale", help="Model shape: 0.5b (Qwen2.5-0.5B's layers), or m, s, tiny for quick runs."
+    ),
+    versions: int = typer.Option(3, "--versions", min=1, help="Versions to publish and follow."),
+    groups: int = typer.Option(2, "--groups", min=1, help="Groups per miner batch and per GRPO step."),
+    group_size: int = typer.Option(4, "--group-size", min=2, help="Samples per prompt."),
+    new_tokens: int = typer.Option(8, "--new-tokens", min=1, help="Completion length bound."),
+    lr: float = typer.Option(1e-6, "--lr", help="Trainer learning rate (sets how many elements change)."),
+    timeout_s: float = typer.Option(3600.0, "--timeout-s", help="Give up after this long."),
+    workdir: str = typer.Option("", "--dir", help="Work directory (kept); default: a temporary one."),
+) -> None:
+    """Per version through real trainer, validator and miner processes: GRPO step, patch encode,
+    transfer, apply + verify, validation, peak RSS per role, patch size and bits per changed element."""
+    import sys
+
+    from p2prl.bench.scale import ScaleOptions, run_scale_bench
+
+    opts = ScaleOptions(
+        scale=scale,
+        versions=versions,
+        groups=groups,
+        group_size=group_size,
+        new_tokens=new_tokens,
+        lr=lr,
+        timeout_s=timeout_s,
+        workdir=Path(workdir) if workdir else None,
+        log=lambda s: print(s, file=sys.stderr, flush=True),
+    )
+    try:
+        report = run_scale_bench(opts)
+    except (RuntimeError, ValueError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(json.dumps(report, indent=1))

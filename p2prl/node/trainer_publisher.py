@@ -71,6 +71,7 @@ class Publisher:
         ctx = self.ctx
         t0 = time.monotonic()
         pv = self.chain.publish(state)
+        ctx.status.gauge("patch_encode_ms", self.chain.last_encode_s * 1000)  # set before the version
         for item in pv.items:  # the chain stored and pinned the blobs in our store
             ctx.net.serve(item.manifest.blob)
             ctx.publish_raw("manifests", item.envelope)

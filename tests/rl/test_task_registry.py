@@ -68,7 +68,7 @@ def test_builtins_and_unknown_names() -> None:
     tasks = available_tasks()
     assert {"addition", "gsm8k", "countdown"} <= set(tasks)
     assert tasks["addition"] == "builtin"
-    with pytest.raises(ValueError, match=r"unknown task 'chess'; known: addition, countdown, gsm8k"):
+    with pytest.raises(ValueError, match=r"unknown task 'chess'; known: addition, countdown, digit-start, gsm8k"):
         get_task("chess")
 
 
@@ -101,7 +101,7 @@ def test_entry_point_plugin_is_found_and_built(plugin_dir: Path) -> None:
         get_task("double", digits=2)
     with pytest.raises(ValueError, match="limit must be in"):
         get_task("double", limit=0)
-    with pytest.raises(ValueError, match=r"known: addition, countdown, double, gsm8k"):
+    with pytest.raises(ValueError, match=r"known: addition, countdown, digit-start, double, gsm8k"):
         get_task("triple")
 
 

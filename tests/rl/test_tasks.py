@@ -154,3 +154,10 @@ def test_gsm8k_unsupported_file_type(tmp_path) -> None:
 def test_unknown_task() -> None:
     with pytest.raises(ValueError, match="unknown task"):
         get_task("chess")
+
+
+def test_digit_start_rewards_the_first_character_only() -> None:
+    task = get_task("digit-start", digits=1)
+    p = task.problem(b"\x07" * 32)
+    assert p.prompt == get_task("addition", digits=1).problem(b"\x07" * 32).prompt
+    assert [task.reward(p, c) for c in ("7", "12abc", "x1", "", " 3", "٣")] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]

@@ -19,6 +19,7 @@ from p2prl.rl.tasks.addition import AdditionTask
 from p2prl.rl.tasks.base import Task
 from p2prl.rl.tasks.countdown import CountdownTask
 from p2prl.rl.tasks.data import DataTask
+from p2prl.rl.tasks.digitstart import DigitStartTask
 from p2prl.rl.tasks.gsm8k import GSM8KTask
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ BUILTIN_TASKS: dict[str, type[Task]] = {
     "addition": AdditionTask,
     "gsm8k": GSM8KTask,
     "countdown": CountdownTask,
+    "digit-start": DigitStartTask,
 }
 TaskFactory = Callable[..., Task]
 
