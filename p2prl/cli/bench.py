@@ -420,7 +420,7 @@ def bench_scale(
     transfer, apply + verify, validation, peak RSS per role, patch size and bits per changed element."""
     import sys
 
-    from p2prl.bench.scale import ScaleOptions, run_scale_bench
+    from p2prl.demo import ScaleOptions, run_scale_bench
 
     opts = ScaleOptions(
         scale=scale,

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         tokenizer_sha256,
         unpack_files,
     )
+    from p2prl.rl.randmodel import QWEN25_05B, TINY, build_random_model_dir
     from p2prl.rl.tokenizer import CharTokenizer, load_tokenizer
     from p2prl.rl.types import Rollout, RolloutGroup
 
@@ -47,6 +48,8 @@ __all__ = [
     "ARCH",
     "BIG_ARCH",
     "DEFAULT_LR",
+    "QWEN25_05B",
+    "TINY",
     "CharTokenizer",
     "GRPOConfig",
     "GenerationParams",
@@ -58,6 +61,7 @@ __all__ = [
     "RolloutGroup",
     "Sample",
     "build_default_model",
+    "build_random_model_dir",
     "check_files",
     "clone_state",
     "config_sha256",

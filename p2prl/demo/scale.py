@@ -45,7 +45,7 @@ class ScaleOptions:
 
 
 def model_shape(scale: str) -> dict[str, int]:
-    from p2prl.rl.randmodel import QWEN25_05B, TINY
+    from p2prl.rl import QWEN25_05B, TINY
 
     if scale == "0.5b":
         return dict(QWEN25_05B)
@@ -119,8 +119,8 @@ def _ms(x: Any) -> float | None:
 
 def patch_stats(root: Path, network_id: str, trainer_key: bytes) -> dict[int, dict[str, Any]]:
     """Size, changed elements and bits per changed element of each delta the trainer published."""
-    from p2prl.net.store import BlobStore
     from p2prl.patch import inspect_patch, open_manifest
+    from p2prl.store import BlobStore
 
     store = BlobStore(root / "trainer" / "blobs")
     out: dict[int, dict[str, Any]] = {}
@@ -140,9 +140,9 @@ def patch_stats(root: Path, network_id: str, trainer_key: bytes) -> dict[int, di
 
 def run_scale_bench(opts: ScaleOptions) -> dict[str, Any]:
     """Build the model, run the network until the miner and validator hold ``opts.versions``; the report."""
-    from p2prl.node.demo import DemoOptions, _node_args, _statuses, _wait_up, prepare
-    from p2prl.node.supervisor import Supervisor
-    from p2prl.rl.randmodel import build_random_model_dir
+    from p2prl.demo.launcher import DemoOptions, _node_args, _statuses, _wait_up, prepare
+    from p2prl.demo.supervisor import Supervisor
+    from p2prl.rl import build_random_model_dir
 
     shape = model_shape(opts.scale)
     tmp = Path(tempfile.mkdtemp(prefix="p2prl-scale-")) if opts.workdir is None else None
@@ -204,7 +204,7 @@ def run_scale_bench(opts: ScaleOptions) -> dict[str, Any]:
                     tails = "\n".join(f"--- {c.name}\n{c.tail(12)}" for c in sup.children)
                     raise RuntimeError(f"{why}: {rec.seen}\n{tails}")
                 time.sleep(0.25)
-        from p2prl.node.genesis import read_genesis
+        from p2prl.node import read_genesis
 
         sg = read_genesis(plan["genesis"])
         stats = patch_stats(root, sg.network_id, sg.trainer_key)
