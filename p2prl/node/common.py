@@ -86,7 +86,9 @@ def publish_model_files(ctx: NodeContext) -> None:
         raise NodeStartError(str(e)) from e
 
 
-def load_start(ctx: NodeContext, weights_dir: Path) -> tuple[Any, Any, Weights, dict[str, Any]]:
+def load_start(
+    ctx: NodeContext, weights_dir: Path, share: bool = True
+) -> tuple[Any, Any, Weights, dict[str, Any]]:
     """The model object, tokenizer, the weights to start from (saved ones if valid, else the base)
     and the base state (the tensors the role's weights live in).
 
@@ -94,8 +96,7 @@ def load_start(ctx: NodeContext, weights_dir: Path) -> tuple[Any, Any, Weights, 
     differently, it still starts from it as version 0 but marks it unverified (hash ""), so the
     first sync takes the slow path from an anchor instead of trusting a patch base it does not have.
     """
-    # --model: must match; one copy of the weights unless a test miner perturbs what its model runs
-    share = not ctx.config.dishonest_perturb
+    # --model: must match
     model, tok, base, h = base_model(ctx, strict=ctx.config.model is not None, share=share)
     saved = load_saved_weights(weights_dir)
     if saved is not None:
@@ -129,13 +130,14 @@ class SyncedRole:
         return self.dir / "weights"
 
 
-def open_synced_role(ctx: NodeContext, name: str, keep: int = 1) -> SyncedRole:
+def open_synced_role(ctx: NodeContext, name: str, keep: int = 1, share: bool = True) -> SyncedRole:
     """The role's data directory, its manifest store, an engine and the weights to start from (held
-    once, as ``live``, which keeps ``keep`` versions reachable)."""
+    once, as ``live``, which keeps ``keep`` versions reachable; without ``share`` apart from the
+    engine's model, for a role whose engine runs other weights than the version it holds)."""
     d = ctx.data_dir / name
     d.mkdir(parents=True, exist_ok=True)
     book = ManifestStore(ctx.network_id, ctx.genesis.trainer_key, d / "manifests")
-    model, tok, start, base = load_start(ctx, d / "weights")
+    model, tok, start, base = load_start(ctx, d / "weights", share)
     live = LiveWeights(base, start, keep)
     start = live.weights()
     return SyncedRole(d, book, HFEngine(model, tok), tok, start, live)

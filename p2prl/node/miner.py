@@ -34,7 +34,8 @@ KEEP_ROLLOUT_BLOBS = 32  # our announced batches kept pinned for validators and 
 class Miner:
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx
-        role = open_synced_role(ctx, "miner")
+        # one copy of the weights, unless the engine runs other weights than the version held
+        role = open_synced_role(ctx, "miner", share=type(self).engine_state is Miner.engine_state)
         self.dir, self.book, self.engine, self.tok = role.dir, role.book, role.engine, role.tok
         start = role.start
         self.task = task_of(ctx)
