@@ -43,7 +43,7 @@ from p2prl.net.selection import provider_order
 from p2prl.net.swarm import ChunkServer, Download, FetchError
 from p2prl.net.topics import TOPIC_TYPES, kind_of
 from p2prl.protocol import BlobRef, MessageError, decode_message
-from p2prl.reasons import GossipDrop
+from p2prl.reasons import GossipDrop, InputReason
 from p2prl.store import BlobStore
 
 log = logging.getLogger(__name__)
@@ -198,7 +198,8 @@ class P2PNode:
             max_messages_per_topic_per_second=cfg.limits.topic_msgs_per_s,
             eclipse_protection_enabled=False,  # needs >= 3 distinct IPs in a mesh: not on a LAN or loopback
         )
-        pubsub = Pubsub(host, router, strict_signing=True)
+        pubsub = _guarded(Pubsub)(host, router, strict_signing=True)
+        pubsub.on_bad_rpc = self._bad_rpc
         self._host, self._pubsub = host, pubsub
         self._server = self._server_class(self, self.store, self.partials, self.refs)
         watch = ConnectionWatch(host, pubsub, self.counters)
@@ -275,6 +276,10 @@ class P2PNode:
                 log.debug("closing host: %r", e)
         if scope.cancelled_caught:
             log.warning("closing the network host's connections timed out")
+
+    def running(self) -> bool:
+        """The host's thread is alive (False before start, after stop, or after a crash)."""
+        return self._token is not None and self._thread is not None and self._thread.is_alive()
 
     def _call(self, afn: Any, *args: Any) -> Any:
         if self._token is None or self._thread is None or not self._thread.is_alive():
@@ -505,6 +510,11 @@ class P2PNode:
                 addrs = ()
             out.append(PeerInfo(b58, addrs, b58 in connected, b58 in self._banned))
         return sorted(out, key=lambda p: (not p.connected, p.peer_id))
+
+    def _bad_rpc(self, peer: str, error: Exception) -> None:
+        """A peer's pubsub stream broke on its own bytes: count it, strike the peer (trio thread)."""
+        self.counters.add("gossip.malformed_rpc")
+        self._filter.drop(InputReason.MALFORMED, peer, f"pubsub RPC: {error!r}"[:200])
 
     def ban(self, peer: str, reason: str) -> None:
         """Cut a peer off for ``limits.ban_s``: no gossip from it, no chunk streams (trio thread)."""
@@ -756,6 +766,37 @@ class P2PNode:
         s["banned_peers"] = len(self._banned)
         s["reachable"] = -1 if self.reachable is None else int(self.reachable)
         return s
+
+
+_GUARDED: dict[type, type] = {}
+
+
+def _guarded(pubsub_cls: type) -> type:
+    """``Pubsub`` whose per-peer read loop ends that peer's stream on a malformed RPC.
+
+    py-libp2p 0.8.1 parses each inbound RPC with protobuf and catches only stream errors around it:
+    a ``DecodeError`` (four garbage bytes from any peer) ended the pubsub service and with it the
+    node's host (test: tests/net/test_pubsub_garbage.py). Here any exception out of one peer's read
+    loop resets that stream, forgets the peer's pubsub state and strikes it; the service runs on."""
+    if pubsub_cls not in _GUARDED:
+
+        class GuardedPubsub(pubsub_cls):  # type: ignore[misc, valid-type]
+            on_bad_rpc: Any = None
+
+            async def continuously_read_stream(self, stream: Any) -> None:
+                try:
+                    await super().continuously_read_stream(stream)
+                except Exception as e:
+                    peer = stream.muxed_conn.peer_id
+                    with contextlib.suppress(Exception):
+                        await stream.reset()
+                    with contextlib.suppress(Exception):
+                        self._handle_dead_peer(peer)
+                    if self.on_bad_rpc is not None:
+                        self.on_bad_rpc(peer.to_base58(), e)
+
+        _GUARDED[pubsub_cls] = GuardedPubsub
+    return _GUARDED[pubsub_cls]
 
 
 @contextlib.asynccontextmanager

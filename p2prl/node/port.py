@@ -62,5 +62,9 @@ class NetPort(RolePort, DialHost, Protocol):
         """The host's counters (bytes up and down, drops, bans)."""
         ...
 
+    def running(self) -> bool:
+        """False once the host has stopped or died: the node then exits rather than stall."""
+        ...
+
     def stop(self, timeout: float = 15.0) -> None:
         """Shut the host down; idempotent."""

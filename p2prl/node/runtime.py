@@ -135,10 +135,16 @@ def run_node(cfg: NodeConfig, role_factory: Callable[[NodeContext], Any] = make_
     signal.signal(signal.SIGUSR1, on_pause)
     if node.status_url:
         print(f"status {node.status_url}/status  metrics {node.status_url}/metrics", flush=True)
+    died = False
     try:
         while not node.ctx.stop.wait(0.5):
-            pass
+            if not node.ctx.net.running():  # a dead host would leave a node that only looks alive
+                log.error("the network host stopped; exiting so the node can be restarted")
+                died = True
+                break
     finally:
         node.close()
         done.set()
     log.info("stopped")
+    if died:
+        raise SystemExit(1)

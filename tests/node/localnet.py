@@ -140,5 +140,8 @@ class LocalHost:
     def stats(self) -> dict[str, int]:
         return self.counters.snapshot()
 
+    def running(self) -> bool:
+        return True
+
     def stop(self, timeout: float = 15.0) -> None:
         pass
