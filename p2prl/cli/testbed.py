@@ -103,6 +103,7 @@ def run(
     if not ctx.args:
         raise typer.BadParameter("give the command to run after --")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C tears down, even if inherited ignored
     rc = 0
     with Testbed(_specs(hosts, nat, link_mbit, up_mbit, down_mbit)) as tb:
         typer.echo(json.dumps(tb.describe()), err=True)

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -70,6 +71,10 @@ def _run_cli(*args: str) -> tuple[subprocess.Popen[str], str]:
     assert proc.stderr is not None
     line = proc.stderr.readline()
     assert line.startswith("{"), line
+    err = proc.stderr
+    proc.stderr_lines = []  # type: ignore[attr-defined]
+    # keep reading: a child blocked on a full stderr pipe could not exit
+    threading.Thread(target=lambda: proc.stderr_lines.extend(err), daemon=True).start()  # type: ignore[attr-defined]
     return proc, json.loads(line)["tag"]
 
 
@@ -101,7 +106,11 @@ def test_killed_run_leaves_nothing(nat_ok: None, sig: signal.Signals) -> None:
         time.sleep(0.1)
     assert len(sleepers) == 3
     proc.send_signal(sig)
-    proc.wait(30)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("no exit after the signal: " + "".join(proc.stderr_lines)[-3000:]) from None  # type: ignore[attr-defined]
     assert _gone(tag), list_namespaces(f"{PREFIX}{tag}-")
     for pid in sleepers:  # the processes inside the hosts are stopped too
         assert not _running(pid), pid
