@@ -16,6 +16,7 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -191,12 +192,16 @@ def _statuses(plan: dict[str, Any], names: list[str]) -> dict[str, dict[str, Any
     return out
 
 
-def _wait_up(
-    sup: Supervisor, plan: dict[str, Any], names: list[str], timeout: float, stop: threading.Event
+def wait_up(
+    sup: Supervisor,
+    statuses: Callable[[], dict[str, dict[str, Any] | None]],
+    timeout: float,
+    stop: threading.Event,
 ) -> None:
+    """Until every node answers ``statuses``; a node that exits or a timeout raises (with its log)."""
     deadline = time.monotonic() + timeout
     while not stop.is_set():
-        st = _statuses(plan, names)
+        st = statuses()
         if all(s is not None for s in st.values()):
             return
         for c in sup.children:
@@ -326,7 +331,7 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
             sup.spawn(n, _node_args(opts, root, plan, n, endpoint), env=S3_ENV)
         urls = [_url(plan, n) for n in names]
         print("nodes: " + ", ".join(f"{n} {u}" for n, u in zip(names, urls, strict=True)), flush=True)
-        _wait_up(sup, plan, names, opts.startup_timeout_s, stop)
+        wait_up(sup, lambda: _statuses(plan, names), opts.startup_timeout_s, stop)
         if opts.duration is None and opts.dashboard:
             run_dashboard(urls, stop=stop)
         else:

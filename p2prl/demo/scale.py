@@ -140,7 +140,7 @@ def patch_stats(root: Path, network_id: str, trainer_key: bytes) -> dict[int, di
 
 def run_scale_bench(opts: ScaleOptions) -> dict[str, Any]:
     """Build the model, run the network until the miner and validator hold ``opts.versions``; the report."""
-    from p2prl.demo.launcher import DemoOptions, _node_args, _statuses, _wait_up, prepare
+    from p2prl.demo.launcher import DemoOptions, _node_args, _statuses, prepare, wait_up
     from p2prl.demo.supervisor import Supervisor
     from p2prl.rl import build_random_model_dir
 
@@ -180,7 +180,7 @@ def run_scale_bench(opts: ScaleOptions) -> dict[str, Any]:
         with Supervisor(root) as sup:
             for n in names:
                 sup.spawn(n, _node_args(demo, root, plan, n, ""))
-            _wait_up(sup, plan, names, opts.timeout_s, stop)
+            wait_up(sup, lambda: _statuses(plan, names), opts.timeout_s, stop)
             start = time.monotonic()
             opts.log(f"nodes up in {start - t0:.0f} s")
             last_seen: tuple[Any, ...] = ()

@@ -112,7 +112,7 @@ def run_demo_testbed(
 
             for n in names:
                 spawn(n)
-            _wait_up(sup, statuses, opts.startup_timeout_s)
+            d.wait_up(sup, statuses, opts.startup_timeout_s, threading.Event())
             summary = _run(opts, sup, spawn, statuses, names, churn_s, churn_down_s)
             final = summary.pop("_statuses")
             summary.update(d.summarize(plan, final, names))
@@ -127,22 +127,6 @@ def run_demo_testbed(
     if opts.summary_json is not None:
         Path(opts.summary_json).write_text(json.dumps(summary, indent=1) + "\n")
     return summary
-
-
-def _wait_up(sup: Any, statuses: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        st = statuses()
-        if all(s is not None for s in st.values()):
-            return
-        for c in sup.children:
-            if not c.alive:
-                raise RuntimeError(f"{c.name} exited with {c.proc.returncode}:\n{c.tail()}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"nodes not up after {timeout:.0f} s: {[n for n, s in st.items() if s is None]}"
-            )
-        time.sleep(1.0)
 
 
 def _version(s: dict[str, Any] | None) -> int:
