@@ -1,4 +1,4 @@
-"""``p2prl bench patch|patch-cli|fanout|proof|honest|flood|trainer|swarm-sim|memory|scale``: the benchmarks whose
+"""``p2prl bench patch|patch-cli|fanout|proof|cheats|honest|flood|trainer|swarm-sim|memory|scale``: the benchmarks whose
 figures are quoted in docs/BENCHMARKS.md.
 
 Each command prints what one benchmark of :mod:`p2prl.bench` measures (``--json`` for the record);
@@ -178,6 +178,29 @@ def bench_proof(
         "grail's sketch on the same states, accepted: "
         + ", ".join(f"{c} {v['accepted']}/{v['n']}" for c, v in g.items())
     )
+
+
+def bench_cheats(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    rollouts: int = typer.Option(256, "--rollouts", min=128, help="Rollouts per case (batches of 128)."),
+    train_steps: int = typer.Option(8, "--train-steps", min=8, help="GRPO-shaped steps before the cases."),
+    cache_dir: Path = typer.Option(_CACHE, "--cache-dir", help="Where the default model is built (env P2PRL_CACHE)."),
+) -> None:
+    """Each cheat (cheaper or older weights, sharpened samplers, re-drawn batches) against a validator at node defaults."""
+    from p2prl.bench.cheats import run
+
+    def log(msg: str) -> None:
+        if not as_json:
+            typer.echo(msg)
+
+    result = run(cache_dir, rollouts, train_steps, log=log)
+    if as_json:
+        typer.echo(json.dumps(result, sort_keys=True, default=float))
+        return
+    typer.echo(f"\n{'case':18s} {'accepted/n':>12s}")
+    for c in result["cases"]:
+        typer.echo(f"{c['case']:18s} {c['accepted']:>5d}/{c['n']:<6d}")
+    typer.echo(f"verify time / generation: {result['verify_fraction']:.1%}")
 
 
 def bench_honest(
@@ -370,6 +393,7 @@ app.command("patch-cli")(bench_patch_cli)
 app.command("fanout")(bench_fanout)
 app.command("proof")(bench_proof)
 app.command("honest")(bench_honest)
+app.command("cheats")(bench_cheats)
 app.command("flood")(bench_flood)
 app.command("trainer")(bench_trainer)
 app.command("swarm-sim")(bench_swarm_sim)
