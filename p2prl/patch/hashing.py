@@ -21,7 +21,7 @@ from pathlib import Path
 import blake3
 import numpy as np
 
-from p2prl.patch.dtypes import BY_NAME, TensorLike, dtype_of, shape_of, uint_view
+from p2prl.patch.dtypes import BY_NAME, TensorLike, check_bool_bits, dtype_of, shape_of, uint_view
 from p2prl.patch.errors import PatchError, PatchReason
 
 DOMAIN = b"p2prl/weights/v1\x00"
@@ -56,6 +56,7 @@ def weights_hash(state: Mapping[str, TensorLike]) -> str:
         t = state[name]
         d = dtype_of(t)
         v = uint_view(t)
+        check_bool_bits(d.name, v, name)
         h.update(entry_prefix(name, d.name, shape_of(t), v.nbytes))
         if v.nbytes:
             h.update(memoryview(v).cast("B"))
@@ -118,6 +119,8 @@ def weights_hash_file(path: str | Path) -> str:
                 for name in sorted_names(entries):
                     dtype, shape, begin, end = entries[name]
                     h.update(entry_prefix(name, dtype, shape, end - begin))
+                    if dtype == "BOOL":  # a copy: an error's traceback must not pin the map open
+                        check_bool_bits(dtype, np.frombuffer(bytes(mv[off + begin : off + end]), np.uint8), name)
                     if end > begin:
                         h.update(mv[off + begin : off + end])
                 return h.hexdigest()
