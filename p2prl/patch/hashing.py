@@ -12,11 +12,13 @@ Stream hashed, all integers little-endian::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mmap
 import struct
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import blake3
 import numpy as np
@@ -50,7 +52,16 @@ def sorted_names(names: Iterable[str]) -> list[str]:
 
 def weights_hash(state: Mapping[str, TensorLike]) -> str:
     """BLAKE3 hex of the canonical serialization of ``state`` (CPU, contiguous tensors)."""
-    h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    return _digest(blake3.blake3(max_threads=blake3.blake3.AUTO), state)
+
+
+def weights_sha256(state: Mapping[str, TensorLike]) -> str:
+    """SHA-256 hex of the same byte stream as :func:`weights_hash`: the ``weights_sha256`` a node
+    reports, so that tools without BLAKE3 can compare weights too."""
+    return _digest(hashlib.sha256(), state)
+
+
+def _digest(h: Any, state: Mapping[str, TensorLike]) -> str:
     h.update(DOMAIN + struct.pack("<I", len(state)))
     for name in sorted_names(state):
         t = state[name]
