@@ -134,8 +134,8 @@ def test_every_refused_rule_prints_its_reason_code() -> None:
         with pytest.raises(GenesisError, match=f"^genesis rejected: {reason}: ") as e:
             verify_genesis_bytes(raw, "net-a")
         assert e.value.reason == reason
-    with pytest.raises(GenesisError, match="^genesis rejected: unknown_signer: ") as e:
+    with pytest.raises(GenesisError, match=r"^genesis rejected: unknown_signer: ") as e:
         verify_genesis_bytes(genesis(t).envelope, "net-a", expected_trainer=Identity.generate().public_hex)
-    with pytest.raises(GenesisError, match="^genesis rejected: bad_signature: ") as e:
+    with pytest.raises(GenesisError, match=r"^genesis rejected: bad_signature: ") as e:
         verify_genesis_bytes(genesis(t).envelope, "net-b")
     assert e.value.reason == "bad_signature"
