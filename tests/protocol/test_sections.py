@@ -28,6 +28,8 @@ def test_roundtrip_and_strictness() -> None:
         ({**body, "group_size": True}, "integer"),
         ({**body, "group_size": 1}, "group_size"),
         ({**body, "stop_token_ids": [1] * 65}, "at most"),
+        ({**body, "stop_token_ids": [-1]}, "non-negative"),  # section integers are in [0, 2^62]
+        ({**body, "temperature_milli": 2**62 + 1}, "non-negative"),
         ([], "object"),
     ):
         with pytest.raises(MessageError, match=reason):
@@ -41,6 +43,8 @@ def test_model_and_prompt_checks() -> None:
         parse_section(ModelSpec, {**section_body(m), "weights_hash": "XY"}, "model")
     with pytest.raises(MessageError, match="bfloat16"):
         parse_section(ModelSpec, {**section_body(m), "dtype": "float32"}, "model")
+    with pytest.raises(MessageError, match="needs --prompt-format chat"):
+        parse_section(PromptSpec, {"format": "raw", "system": "Be brief."}, "prompt")
     with pytest.raises(MessageError, match="raw or chat"):
         parse_section(PromptSpec, {"format": "jinja", "system": ""}, "prompt")
     with pytest.raises(MessageError, match="values"):
