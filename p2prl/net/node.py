@@ -119,6 +119,7 @@ class P2PNode:
         self._public_addrs: list[str] = []
         self._foreign: set[str] = set()  # bootstrap peers already reported as of another network
         self._relay: Any = None  # BoundedRelay when this node relays for others (config.relay)
+        self._standing: dict[str, None] = {}  # peers seen in verdicts or scores, oldest first
         self._relay_client: Any = None
 
     # ---------------------------------------------------------------- lifecycle (any thread)
@@ -248,7 +249,7 @@ class P2PNode:
         from p2prl.net.relay import BoundedRelay, RelayClient
 
         if self.config.relay is not None:
-            self._relay = circuit = BoundedRelay(host, self.config.relay, self.counters)
+            self._relay = circuit = BoundedRelay(host, self.config.relay, self.counters, self._standing)
         else:
             circuit = CircuitV2Protocol(host, allow_hop=False)
         self._relay_client = RelayClient(host, circuit, self.counters)
@@ -451,16 +452,17 @@ class P2PNode:
         }
 
     def add_standing(self, peer_ids: list[str]) -> None:
-        """Peers with standing (seen in verdicts or scores): a full relay makes room for them first.
-        Bounded (the newest ``STANDING_MAX``); a no-op unless this node relays."""
-        relay = self._relay
-        if relay is None:
-            return
+        """Peers with standing (seen in verdicts or scores): a full relay makes room for them first,
+        and the heartbeat dialer dials them first. Bounded (the newest ``STANDING_MAX``)."""
+        st = self._standing
         for p in peer_ids:
-            relay.standing.pop(p, None)
-            relay.standing[p] = None
-        while len(relay.standing) > STANDING_MAX:
-            relay.standing.pop(next(iter(relay.standing)))
+            st.pop(p, None)
+            st[p] = None
+        while len(st) > STANDING_MAX:
+            st.pop(next(iter(st)))
+
+    def has_standing(self, peer_id: str) -> bool:
+        return peer_id in self._standing
 
     def relay_stats(self) -> dict[str, Any]:
         """What goes through relays: as a relay, bytes carried per peer; as a client, our slots."""

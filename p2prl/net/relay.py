@@ -119,7 +119,9 @@ class PeerBudget:
 class BoundedRelay(CircuitV2Protocol):
     """The circuit v2 relay (hop) with a byte budget per peer and counters of what it carried."""
 
-    def __init__(self, host: Any, bounds: RelayBounds, counters: Counters) -> None:
+    def __init__(
+        self, host: Any, bounds: RelayBounds, counters: Counters, standing: dict[str, None] | None = None
+    ) -> None:
         limits = RelayLimits(
             duration=bounds.circuit_s,
             data=bounds.circuit_bytes,
@@ -130,7 +132,8 @@ class BoundedRelay(CircuitV2Protocol):
         super().__init__(host, limits=limits, allow_hop=True)
         self.counters = counters
         self.budget = PeerBudget(bounds.peer_bytes_per_hour, bounds.max_tracked_peers)
-        self.standing: dict[str, None] = {}  # peer ids seen in verdicts or scores (P2PNode.add_standing)
+        # peer ids seen in verdicts or scores (P2PNode.add_standing), shared with the host
+        self.standing: dict[str, None] = {} if standing is None else standing
         self.slots = SlotPolicy(bounds, self.standing.__contains__)
 
     def _sweep(self) -> None:

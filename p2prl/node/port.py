@@ -59,7 +59,11 @@ class NetPort(RolePort, DialHost, Protocol):
         ...
 
     def add_standing(self, peer_ids: list[str]) -> None:
-        """Peers seen in verdicts or scores: a relay makes room for them first."""
+        """Peers seen in verdicts or scores: a relay makes room for them first, the dialer dials them first."""
+
+    def has_standing(self, peer_id: str) -> bool:
+        """Whether ``peer_id`` was seen in verdicts or scores."""
+        ...
 
     def stats(self) -> dict[str, int]:
         """The host's counters (bytes up and down, drops, bans)."""

@@ -57,7 +57,7 @@ class Pump:
                 t = item.envelope.type
                 if t == Heartbeat.TYPE:
                     self._on_heartbeat(item)
-                elif t in (Verdict.TYPE, Scores.TYPE) and ctx.config.relay_service:
+                elif t in (Verdict.TYPE, Scores.TYPE):
                     self._note_standing(item)
                 h = self.handlers.get(t)
                 if h is None:
@@ -84,8 +84,8 @@ class Pump:
         self.dialer.offer(hb.peer_id, hb.addrs)
 
     def _note_standing(self, item: Any) -> None:
-        """Peers a genesis validator vouched for (it, and miners with accepted work) have standing at
-        our relay: a full relay makes room for them first (net/relay.py)."""
+        """Peers a genesis validator vouched for (it, and miners with accepted work) have standing: a
+        full relay makes room for them first (net/relay.py), the dialer dials them first."""
         msg = item.message
         keys = [item.envelope.signer_hex]
         if isinstance(msg, Verdict) and msg.accepted:

@@ -120,7 +120,10 @@ class LocalHost:
         self.hints.setdefault(blob_id, []).append(peer_id)
 
     def add_standing(self, peer_ids: list[str]) -> None:
-        pass  # no relay here
+        pass  # no relay or dialer here
+
+    def has_standing(self, peer_id: str) -> bool:
+        return False
 
     # -- NetPort
     def poll(self, timeout: float = 0.0) -> list[Incoming]:
