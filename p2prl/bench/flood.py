@@ -256,16 +256,16 @@ def run(model_cache: Path, spec: FloodSpec, log: Callable[[str], None] = print) 
             stop, counts = threading.Event(), []
             judged_cap = a.validator.jq.judged.capacity
             by: list[tuple[Identity, RolloutAnnouncement]] = []
+            flood: tuple[Callable[..., None], tuple[Any, ...]] = (
+                _inject,
+                (a, rate, keys, latest, stop, counts),
+            )
             if many_keys:
                 a.validator.jq.judged.capacity = JUDGED_SHRUNK
                 by += [*warm, *plain]  # judged already: the replays' targets
-                flood_args: list[tuple[Any, ...]] = [(a, rate, by, stop, counts)]
-            else:
-                flood_args = [(a, rate, keys, latest, stop, counts)]
+                flood = (_inject_many, (a, rate, by, stop, counts))
             threads = [
-                threading.Thread(
-                    target=_inject_many if many_keys else _inject, args=flood_args[0], daemon=True
-                )
+                threading.Thread(target=flood[0], args=flood[1], daemon=True)
                 for _ in range(attackers if inject else 0)
             ]
             for p in procs:

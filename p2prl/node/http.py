@@ -127,6 +127,7 @@ class StatusServer:
             def setup(self) -> None:
                 super().setup()
                 deadline = time.monotonic() + head_timeout_s  # one request per connection (HTTP/1.0)
+                self.rfile.close()  # the per-read-timeout reader the base class made
                 self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline))
 
             def do_GET(self) -> None:
