@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 import typer
 
@@ -49,5 +50,21 @@ def _root(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def os_error_line(e: OSError) -> str:
+    """One line for a file or port the user named (read-only directory, port in use, ...)."""
+    what = f"{e.strerror or e}".lower() if e.strerror else str(e)
+    if e.filename is not None:
+        return f"{e.filename}: {what}"
+    return what
+
+
 def main() -> None:
-    app()
+    """Run the command; an OSError that reaches here (the user's files, ports) prints one line, not a
+    traceback (``--log-level DEBUG`` shows the traceback)."""
+    try:
+        app()
+    except OSError as e:
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            raise
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
+        raise SystemExit(1) from None

@@ -16,6 +16,7 @@ from typing import Any
 from p2prl.node.config import NodeConfig
 from p2prl.node.context import NodeContext, NodeStartError
 from p2prl.node.http import StatusServer
+from p2prl.node.preflight import DataDirLock, PreflightError, check_listen, check_port_free
 from p2prl.node.startup import build_context
 
 log = logging.getLogger(__name__)
@@ -26,10 +27,13 @@ __all__ = ["NodeStartError", "RunningNode", "run_node", "start_node"]
 class RunningNode:
     """A started node (context, role, status server); ``close()`` stops all of it."""
 
-    def __init__(self, ctx: NodeContext, role: Any, server: StatusServer | None) -> None:
+    def __init__(
+        self, ctx: NodeContext, role: Any, server: StatusServer | None, lock: DataDirLock | None = None
+    ) -> None:
         self.ctx = ctx
         self.role = role
         self.server = server
+        self.lock = lock
 
     @property
     def status_url(self) -> str | None:
@@ -47,6 +51,8 @@ class RunningNode:
         self.ctx.net.stop()
         if self.server is not None:
             self.server.stop()
+        if self.lock is not None:
+            self.lock.release()
 
 
 def make_role(ctx: NodeContext) -> Any:
@@ -69,15 +75,26 @@ def start_node(cfg: NodeConfig, role_factory: Callable[[NodeContext], Any] = mak
     """Start a node in this process (what ``p2prl node`` does, minus signal handling); ``role_factory``
     builds the role (a benchmark's adversary replaces it)."""
     cfg.validate()
-    if cfg.torch_threads > 0:
-        import torch
+    lock = _preflight(cfg)
+    try:
+        if cfg.torch_threads > 0:
+            import torch
 
-        torch.set_num_threads(cfg.torch_threads)
-    ctx = build_context(cfg)
+            torch.set_num_threads(cfg.torch_threads)
+        ctx = build_context(cfg)
+    except BaseException:
+        lock.release()
+        raise
     server = None
     try:
         if cfg.status_port >= 0:
-            server = StatusServer(ctx.status, cfg.status_host, cfg.status_port).start(cfg.data_dir)
+            try:
+                server = StatusServer(ctx.status, cfg.status_host, cfg.status_port).start(cfg.data_dir)
+            except OSError as e:
+                raise NodeStartError(
+                    f"status port {cfg.status_port} on {cfg.status_host}: {e.strerror or e} "
+                    "(--status-port 0 picks a free one)"
+                ) from e
         role = role_factory(ctx)
         role.start()
     except BaseException:
@@ -86,6 +103,7 @@ def start_node(cfg: NodeConfig, role_factory: Callable[[NodeContext], Any] = mak
         ctx.net.stop()
         if server is not None:
             server.stop()
+        lock.release()
         raise
     log.info(
         "%s %s up: peer %s, addrs %s, status %s",
@@ -95,7 +113,23 @@ def start_node(cfg: NodeConfig, role_factory: Callable[[NodeContext], Any] = mak
         ctx.net.addrs,
         server.url if server else "off",
     )
-    return RunningNode(ctx, role, server)
+    return RunningNode(ctx, role, server, lock)
+
+
+def _preflight(cfg: NodeConfig) -> DataDirLock:
+    """Lock the data directory and check the ports before anything is opened (NodeStartError)."""
+    try:
+        lock = DataDirLock(cfg.data_dir).acquire()
+    except PreflightError as e:
+        raise NodeStartError(str(e)) from e
+    try:
+        check_listen(cfg.listen)
+        if cfg.status_port > 0:
+            check_port_free(cfg.status_host, cfg.status_port, "status")
+    except PreflightError as e:
+        lock.release()
+        raise NodeStartError(str(e)) from e
+    return lock
 
 
 def run_node(cfg: NodeConfig, role_factory: Callable[[NodeContext], Any] = make_role) -> None:
