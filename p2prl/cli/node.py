@@ -104,7 +104,7 @@ def network_init(
 
     Every check (model directory, tokenizer, task, prompt format) runs before anything is written.
     """
-    from p2prl.node import NetworkSpec, init_network
+    from p2prl.node import NetworkSpec, init_network, spec_warnings
     from p2prl.rl import ModelDirError
 
     try:
@@ -115,6 +115,8 @@ def network_init(
         raise typer.Exit(1) from e
     m = sg.genesis.model
     typer.echo(f"wrote {out}\nnetwork {sg.network_id}\ntrainer {sg.genesis.trainer}")
+    for w in spec_warnings(spec):
+        typer.echo(f"warning: {w}", err=True)
     typer.echo(
         f"model {m.name} ({m.architecture}, {m.parameters:,} parameters, weights {m.weights_hash[:16]}…)"
     )
@@ -215,7 +217,9 @@ def demo(
     task: str = typer.Option("addition", "--task", help="Task name."),
     prompt_format: str = typer.Option("raw", "--prompt-format", help="raw or chat."),
     system_prompt: str = typer.Option("", "--system-prompt", help="System prompt for the chat format."),
-    device: str = typer.Option("cpu", "--device", help="Torch device of every node: auto, cpu, cuda, cuda:N."),
+    device: str = typer.Option(
+        "cpu", "--device", help="Torch device of every node: auto, cpu, cuda, cuda:N."
+    ),
     validator_device: str | None = typer.Option(
         None, "--validator-device", help="The validator's torch device, if not --device's."
     ),

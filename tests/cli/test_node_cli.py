@@ -124,3 +124,21 @@ def test_network_init_pins_task_params_and_data_hash(tmp_path: Path, model_cache
         "params": {"path": str(data), "max_records": 5, "data_sha256": file_sha256(data)},
         "data_sha256": file_sha256(data),  # the task_data asset: a node without the file fetches it
     }
+
+
+def test_network_init_refuses_bad_bootstrap_and_warns_without_validators(
+    tmp_path: Path, model_cache: Path
+) -> None:
+    from p2prl.net.identity import peer_id_for
+
+    g = tmp_path / "genesis.json"
+    base = ["network", "init", "--out", str(g), "--key", str(tmp_path / "t.key")]
+    base += ["--model-cache", str(model_cache)]
+    for bad in ("127.0.0.1:4001", "/ip4/127.0.0.1/tcp/4001", "/ip4/127.0.0.1/tcp/99999/p2p/" + "a" * 46):
+        res = runner.invoke(app, [*base, "--bootstrap", bad])
+        assert res.exit_code == 1 and "is not a multiaddr like" in res.output, res.output
+        assert not g.exists()
+    peer = peer_id_for(Identity.generate())
+    res = runner.invoke(app, [*base, "--bootstrap", f"/ip4/127.0.0.1/tcp/4001/p2p/{peer}"])
+    assert res.exit_code == 0 and g.exists(), res.output
+    assert "warning: no --validator" in res.output  # legal, but that network can never train
