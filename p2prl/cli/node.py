@@ -217,9 +217,7 @@ def demo(
     task: str = typer.Option("addition", "--task", help="Task name."),
     prompt_format: str = typer.Option("raw", "--prompt-format", help="raw or chat."),
     system_prompt: str = typer.Option("", "--system-prompt", help="System prompt for the chat format."),
-    device: str = typer.Option(
-        "cpu", "--device", help="Torch device of every node: auto, cpu, cuda, cuda:N."
-    ),
+    device: str = typer.Option("cpu", "--device", help="Torch device of every node: auto, cpu, cuda, cuda:N."),
     validator_device: str | None = typer.Option(
         None, "--validator-device", help="The validator's torch device, if not --device's."
     ),

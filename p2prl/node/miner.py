@@ -187,11 +187,7 @@ class Miner:
 
     def start(self) -> None:
         self.ctx.spawn_pump(
-            {
-                PatchManifest.TYPE: self.sync.on_manifest,
-                Verdict.TYPE: self.on_verdict,
-                "scores": self.on_scores,
-            },
+            {PatchManifest.TYPE: self.sync.on_manifest, Verdict.TYPE: self.on_verdict, "scores": self.on_scores},
             self.holds,
             lambda: self.active.version,
         )

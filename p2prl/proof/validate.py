@@ -430,9 +430,7 @@ class RolloutValidator:
             stats.fingerprint_err_group_max = max(errs)
             stats.fingerprint_err_group_min = min(errs)
 
-    def _remember(
-        self, batch: RolloutBatch, verdict: BatchVerdict, keys: dict[bytes, int], blob_id: str
-    ) -> None:
+    def _remember(self, batch: RolloutBatch, verdict: BatchVerdict, keys: dict[bytes, int], blob_id: str) -> None:
         """Only accepted content claims a place in the seen index, and each accepted group its slot."""
         for key, gi in keys.items():
             if verdict.groups[gi].accepted:

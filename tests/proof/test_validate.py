@@ -233,9 +233,7 @@ def test_size_checks(world: World) -> None:
 def test_verdict_message_round_trips(world: World) -> None:
     p = world.mine(indices=(40, 41))
     bv = world.validator().check(p.announcement, MINER, p.blob, VERSION)
-    msg = replace(
-        to_verdict(bv, p.announcement, MINER), announcement="ab" * 32
-    )  # the node binds the envelope
+    msg = replace(to_verdict(bv, p.announcement, MINER), announcement="ab" * 32)  # the node binds the envelope
     again = Verdict.from_body(msg.to_body())
     assert again.accepted == 2 and again.miner == MINER.hex() and again.blob_id == p.announcement.blob.id
 
