@@ -202,6 +202,11 @@ def demo(
     summary_json: Path | None = typer.Option(
         None, "--summary-json", help="Write the run's summary here (versions, hashes, rollouts, reward)."
     ),
+    reward_csv: Path | None = typer.Option(
+        None,
+        "--reward-csv",
+        help="Write the reward, rollouts and acceptance per version here (CSV; with --duration).",
+    ),
     dishonest_miner: bool = typer.Option(
         False, "--dishonest-miner", help="Run one miner with perturbed weights (it must be rejected)."
     ),
@@ -235,8 +240,10 @@ def demo(
     """Start a whole network on 127.0.0.1 (local S3, trainer, validator, miners) on the default tiny
     model or the --model directory.
 
-    With --duration it runs headless and prints a summary; otherwise it shows the dashboard until Ctrl-C.
+    With --duration it runs headless and prints a summary ending in a one-line verdict; otherwise it
+    shows the dashboard until Ctrl-C.
     """
+    from p2prl.dashboard import run_report, write_csv
     from p2prl.demo import DemoOptions, run_demo, run_demo_testbed
 
     opts = DemoOptions(
@@ -260,7 +267,11 @@ def demo(
     else:
         summary = run_demo(opts)
     if summary is not None:
-        typer.echo(json.dumps(summary, indent=1))
+        if reward_csv is not None and not summary.get("error"):
+            write_csv(summary.get("by_version", []), reward_csv)
+        typer.echo("\n".join(run_report(summary)))
+        if summary_json is not None or reward_csv is not None:
+            typer.echo("wrote " + ", ".join(str(p) for p in (summary_json, reward_csv) if p is not None))
         if summary.get("error"):
             raise typer.Exit(1)
 
