@@ -10,6 +10,7 @@ import typer
 
 from p2prl import __version__
 from p2prl.cli import bench, keys, net, node, patch, rl, testbed
+from p2prl.cli.noise import quiet_dependencies
 from p2prl.cli.status import status
 
 app = typer.Typer(
@@ -48,6 +49,8 @@ def _root(
     ),
 ) -> None:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        quiet_dependencies()
 
 
 def os_error_line(e: OSError) -> str:

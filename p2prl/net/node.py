@@ -64,6 +64,20 @@ class PeerInfo:
     banned: bool
 
 
+def _libp2p_logging() -> None:
+    """libp2p logs each failed stream or dial as a multi-line error through Python's last-resort
+    handler (unformatted, on stderr), while this node handles, counts and retries those failures
+    itself: keep them out of the log unless it runs at DEBUG, then in the node's own format. Runs
+    after libp2p's import, which resets its logger to WARNING; a level set otherwise is kept."""
+    lg = logging.getLogger("libp2p")
+    if lg.level != logging.WARNING:
+        return
+    if logging.getLogger().isEnabledFor(logging.DEBUG):
+        lg.setLevel(logging.DEBUG)
+        lg.propagate = True
+    else:
+        lg.setLevel(logging.CRITICAL)
+
 class P2PNode:
     def __init__(
         self,
@@ -181,6 +195,7 @@ class P2PNode:
         from libp2p.pubsub.pubsub import Pubsub
         from libp2p.tools.anyio_service import background_trio_service
 
+        _libp2p_logging()
         self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
         cfg = self.config
@@ -296,6 +311,11 @@ class P2PNode:
     def connect(self, addr: str, timeout: float | None = None) -> None:
         """Dial a full multiaddr (…/p2p/<peer id>); raises on failure."""
         self._call(self._connect, addr, timeout or self.config.stream_timeout_s)
+
+    def dial_problem(self, addr: str) -> str | None:
+        """Dial ``addr`` as a bootstrap peer is dialled: None once connected, else what is wrong, in
+        words a user can act on (``p2prl peers``)."""
+        return self._call(self._try_bootstrap, addr)  # type: ignore[no-any-return]
 
     async def _connect(self, addr: str, timeout: float) -> None:
         import multiaddr
