@@ -19,6 +19,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # plain help: the boxed layout truncated option names, showed `<bool>` on flags and took ~300
+    # lines at 80 columns for `node` (a flag column as wide as its longest --x/--no-x pair)
+    rich_markup_mode=None,
 )
 app.add_typer(keys.app, name="keys")
 app.add_typer(patch.app, name="patch")

@@ -22,10 +22,9 @@ network_app = typer.Typer(help="Create and inspect a network's genesis document.
 def _option_for(f: Any) -> tuple[Any, Any]:
     """(annotation, typer.Option) for a NodeConfig field; every default is None = 'not given'."""
     flag = "--" + f.name.replace("_", "-")
-    env_note = f" (env {ENV_PREFIX}{f.name.upper()})"
     default = NodeConfig()
     value = getattr(default, f.name)
-    help_text = f.metadata.get("help", "") + env_note
+    help_text = f.metadata.get("help", "")  # the environment names are said once, in the command's help
     if f.name in ("network", "key_file", "model_cache", "model"):
         return Path | None, typer.Option(None, flag, help=help_text, show_default=False)
     if isinstance(value, bool):
@@ -48,7 +47,9 @@ def _option_for(f: Any) -> tuple[Any, Any]:
 def node(config: Path | None = None, **flags: Any) -> None:
     """Run one node (trainer, miner or validator) until SIGINT/SIGTERM.
 
-    Settings come from defaults, then --config TOML, then P2PRL_* environment variables, then flags.
+    Settings come from defaults, then --config TOML, then environment variables, then flags. Every
+    flag is also an environment variable, P2PRL_ and its name (--data-dir: P2PRL_DATA_DIR), and a
+    key of the TOML file (data_dir). docs/NODE.md explains each.
     """
     run_configured(config, flags)
 

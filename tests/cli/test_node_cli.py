@@ -33,6 +33,16 @@ def test_node_help_lists_every_setting() -> None:
     assert "P2PRL_DATA_DIR" in res.output and "--config" in res.output
 
 
+def test_node_help_fits_80_columns() -> None:
+    res = runner.invoke(app, ["node", "--help"], env={"COLUMNS": "80"})
+    assert res.exit_code == 0
+    lines = res.output.splitlines()
+    assert len(lines) < 130 and max(map(len, lines)) <= 80, len(lines)  # was 295 lines, names cut
+    assert "<bool>" not in res.output and "--calibrate-tolerances / --no-calibrate-tolerances" in res.output
+    for name in NodeConfig.__dataclass_fields__:
+        assert "--" + name.replace("_", "-") in res.output, name
+
+
 def test_node_needs_network(tmp_path: Path) -> None:
     res = runner.invoke(app, ["node", "--data-dir", str(tmp_path)], env={})
     assert res.exit_code == 2 and "network" in res.output
