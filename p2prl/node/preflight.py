@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import socket
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 LOCK_FILE = "node.lock"
 
@@ -41,10 +44,14 @@ class DataDirLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                # a file system without flock (some network mounts): run, but unguarded
+                log.warning("cannot lock data directory %s (%s): not guarded against a second node",
+                            self.path.parent, e.strerror)  # fmt: skip
+                self._fd = fd
+                return self
             held_by = _read_pid(fd)
             os.close(fd)
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise PreflightError(f"cannot lock data directory {self.path.parent}: {e.strerror}") from e
             who = f" (pid {held_by})" if held_by else ""
             raise PreflightError(
                 f"data directory {self.path.parent} is in use by another node{who}: "
