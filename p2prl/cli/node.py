@@ -208,6 +208,9 @@ def demo(
         "--reward-csv",
         help="Write the reward, rollouts and acceptance per version here (CSV; with --duration).",
     ),
+    reward_png: Path | None = typer.Option(
+        None, "--reward-png", help="Plot the reward and acceptance per version here (PNG; with --duration)."
+    ),
     dishonest_miner: bool = typer.Option(
         False, "--dishonest-miner", help="Run one miner with perturbed weights (it must be rejected)."
     ),
@@ -244,7 +247,7 @@ def demo(
     With --duration it runs headless and prints a summary ending in a one-line verdict; otherwise it
     shows the dashboard until Ctrl-C.
     """
-    from p2prl.dashboard import run_report, write_csv
+    from p2prl.dashboard import run_report, write_chart, write_csv
     from p2prl.demo import DemoOptions, run_demo, run_demo_testbed
 
     opts = DemoOptions(
@@ -268,11 +271,15 @@ def demo(
     else:
         summary = run_demo(opts)
     if summary is not None:
-        if reward_csv is not None and not summary.get("error"):
-            write_csv(summary.get("by_version", []), reward_csv)
+        files = [p for p in (summary_json, reward_csv, reward_png) if p is not None]
+        if not summary.get("error"):
+            if reward_csv is not None:
+                write_csv(summary.get("by_version", []), reward_csv)
+            if reward_png is not None:
+                write_chart(summary.get("by_version", []), reward_png)
         typer.echo("\n".join(run_report(summary)))
-        if summary_json is not None or reward_csv is not None:
-            typer.echo("wrote " + ", ".join(str(p) for p in (summary_json, reward_csv) if p is not None))
+        if files:
+            typer.echo("wrote " + ", ".join(map(str, files)))
         if summary.get("error"):
             raise typer.Exit(1)
 

@@ -2,6 +2,7 @@
 
 from p2prl.dashboard.client import fetch_status
 from p2prl.dashboard.live import poll, run_dashboard
+from p2prl.dashboard.plot import reward_chart, write_chart
 from p2prl.dashboard.summary import (
     SUMMARY_CHECKS,
     per_version,
@@ -20,6 +21,7 @@ __all__ = [
     "per_version",
     "poll",
     "render",
+    "reward_chart",
     "reward_ends",
     "reward_series",
     "run_checks",
@@ -28,5 +30,6 @@ __all__ = [
     "sparkline",
     "status_summary",
     "verdict_line",
+    "write_chart",
     "write_csv",
 ]

@@ -14,7 +14,9 @@ def test_known_deprecations_are_dropped_and_nothing_else(caplog: pytest.LogCaptu
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         quiet_dependencies()
-        msg = "`past_key_values` is deprecated and will be removed in version 5.40.0 for `Qwen2Model.forward`."
+        msg = (
+            "`past_key_values` is deprecated and will be removed in version 5.40.0 for `Qwen2Model.forward`."
+        )
         warnings.warn(msg + " Use `cache` instead.", FutureWarning, stacklevel=1)
         warnings.warn("`other` is deprecated", FutureWarning, stacklevel=1)
     assert [str(w.message) for w in seen] == ["`other` is deprecated"]

@@ -32,7 +32,11 @@ def statuses(miner2_version: int = 3) -> dict[str, dict[str, Any] | None]:
             "scores": {"a1" * 32: 40, "b2" * 32: 24},
             "reward_by_version": _rewards({0: (0.2, 16), 1: (0.25, 16), 2: (0.3, 8)}),
         },
-        "miner1": {"role": "miner", "version": 3, "reward_by_version": _rewards({0: (0.2, 16), 1: (0.2, 16)})},
+        "miner1": {
+            "role": "miner",
+            "version": 3,
+            "reward_by_version": _rewards({0: (0.2, 16), 1: (0.2, 16)}),
+        },
         "miner2": {
             "role": "miner",
             "version": miner2_version,
@@ -86,4 +90,30 @@ def test_verdict_names_what_failed_and_takes_the_summarys_own_checks() -> None:
     s["checks"] = {"honest": {"ok": False, "detail": "miner2 scored 0"}, "extra": True}
     assert [c[0] for c in run_checks(s)] == [*(f(s)[0] for f in SUMMARY_CHECKS), "honest", "extra"]
     assert verdict_line(s).startswith("verdict: PROBLEM (honest): ") and "miner2 scored 0" in verdict_line(s)
-    assert verdict_line({"error": "trainer exited with 1:\nTraceback"}) == "verdict: FAILED: trainer exited with 1:"
+    assert (
+        verdict_line({"error": "trainer exited with 1:\nTraceback"})
+        == "verdict: FAILED: trainer exited with 1:"
+    )
+
+
+def test_reward_chart_is_a_png_of_both_series(tmp_path: Path) -> None:
+    import struct
+    import zlib
+
+    from p2prl.dashboard import write_chart
+    from p2prl.dashboard.plot import ACCEPT_RGB, REWARD_RGB
+
+    st = statuses()
+    write_chart(per_version(st["trainer"], st["validator"], [st["miner1"], st["miner2"]]), tmp_path / "r.png")
+    png = (tmp_path / "r.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+    w, h = struct.unpack(">II", png[16:24])
+    n = struct.unpack(">I", png[33:37])[0]
+    assert png[37:41] == b"IDAT" and struct.unpack(">I", png[41 + n : 45 + n])[0] == zlib.crc32(
+        png[37 : 41 + n]
+    )
+    raw = zlib.decompress(png[41 : 41 + n])
+    assert len(raw) == h * (1 + 3 * w)
+    pixels = {raw[i : i + 3] for y in range(h) for i in range(y * (1 + 3 * w) + 1, (y + 1) * (1 + 3 * w), 3)}
+    assert bytes(REWARD_RGB) in pixels and bytes(ACCEPT_RGB) in pixels
+    write_chart([], tmp_path / "empty.png")  # a run with no versions still gives a (blank) chart

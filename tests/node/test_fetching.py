@@ -30,7 +30,9 @@ def test_a_slow_fetch_goes_on_while_bytes_arrive_and_fails_when_none_do(tmp_path
     with provider, joiner:
         provider.store.put(data)
         joiner.connect(provider.addrs[0])
-        with pytest.raises((FetchError, TimeoutError)):  # one call bounded by the timeout (the sync loop's old way)
+        with pytest.raises(
+            (FetchError, TimeoutError)
+        ):  # one call bounded by the timeout (the sync loop's old way)
             joiner.fetch(ref, timeout=1.0, s3=False)  # fails mid-way; its partial download is kept
         seen: list[int] = []
         fetch_while_progressing(joiner, ref, 1.0, "test blob", lambda d, _t: seen.append(d))
