@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["NodeStartError", "RunningNode", "run_node", "start_node"]
 
+FINISH_STEP_S = 5.0  # how long a stopping node's threads get before the host stops under them
+
 
 class RunningNode:
     """A started node (context, role, status server); ``close()`` stops all of it."""
@@ -47,7 +49,15 @@ class RunningNode:
                 close()
             except Exception:
                 log.exception("role close failed")
-        self.ctx.join(timeout)
+        # threads finish their step; a miner's or validator's one waiting on a peer (a fetch from a
+        # trainer already gone) would hold the stop for the whole fetch timeout: after a short wait
+        # the host stops under it (not the trainer's: its step ends in a publish and a mirror upload)
+        follower = self.ctx.config.role != "trainer"
+        if not (follower and self.ctx.join(min(timeout, FINISH_STEP_S), warn=False)):
+            if follower:
+                log.info("threads still waiting on the network: stopping it first")
+                self.ctx.net.stop()
+            self.ctx.join(timeout)
         self.ctx.net.stop()
         if self.server is not None:
             self.server.stop()
