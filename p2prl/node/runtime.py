@@ -3,8 +3,9 @@
 SIGINT/SIGTERM stop the node cleanly (threads finish their step, the host shuts down, state is on
 disk; a miner's or validator's threads get ``FINISH_STEP_S``, then the host stops under them, so a
 fetch from a peer that is gone ends at once). Before anything starts, the data directory is locked
-and the ports checked (``p2prl.node.preflight``). SIGUSR1 asks a trainer to stop publishing new versions while it keeps serving (the demo
-uses it to let miners catch up before it reads the final state).
+and the ports checked (``p2prl.node.preflight``). SIGUSR1 asks a trainer to stop publishing new
+versions while it keeps serving (the demo uses it to let miners catch up before it reads the final
+state).
 """
 
 from __future__ import annotations
