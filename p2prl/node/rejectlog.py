@@ -23,6 +23,7 @@ HINTS: dict[str, str] = {
     "the next version starts afresh",
 }
 EVERY_S = 60.0
+KNOWN = frozenset(VerdictReason)
 
 
 class RejectionLog:
@@ -36,7 +37,8 @@ class RejectionLog:
     def add(self, version: int, reasons: Iterable[str], now: float | None = None) -> list[str]:
         """Count a verdict's rejected groups (``reasons``); returns the lines logged now."""
         now = time.monotonic() if now is None else now
-        self._pending.update(r for r in reasons if r != VerdictReason.OK)
+        # a verdict carries any short code: unknown ones share one entry, so the tables stay bounded
+        self._pending.update(r if r in KNOWN else "other" for r in reasons if r != VerdictReason.OK)
         lines = []
         for reason, n in list(self._pending.items()):
             if now - self._last.get(reason, -self.every_s) < self.every_s:

@@ -20,5 +20,7 @@ def test_rejections_are_logged_once_a_minute_per_reason(caplog: pytest.LogCaptur
         assert rl.add(4, [R.FINGERPRINT], now=11.0) == ["1 group(s) rejected as fingerprint (v4)"]
         assert rl.add(4, [R.UNREACHABLE] * 2, now=61.0)[0].startswith("6 group(s) rejected as unreachable")
         assert rl.add(4, [], now=62.0) == []
+        assert rl.add(5, [f"made-up-{i}" for i in range(100)], now=63.0) == ["100 group(s) rejected as other (v5)"]
+        assert len(rl._last) == 3  # unknown codes from a verdict share one entry
     levels = {r.getMessage().split(" rejected as ")[1].split(" ")[0]: r.levelno for r in caplog.records}
-    assert levels == {"unreachable": logging.WARNING, "fingerprint": logging.ERROR}
+    assert levels == {"unreachable": logging.WARNING, "fingerprint": logging.ERROR, "other": logging.WARNING}
