@@ -48,6 +48,7 @@ from p2prl.store import BlobStore
 
 log = logging.getLogger(__name__)
 BOOTSTRAP_BACKOFF_S = (1.0, 60.0)  # first and longest wait before dialing a failed bootstrap peer again
+INVALID_ADDRESS = "not a valid address"  # a bootstrap address no retry can make dialable
 
 __all__ = ["FetchError", "Incoming", "P2PNode", "PeerInfo", "PublishError"]
 
@@ -338,9 +339,12 @@ class P2PNode:
         retry_at = dict.fromkeys(self.config.bootstrap, 0.0)
         delay = dict.fromkeys(self.config.bootstrap, BOOTSTRAP_BACKOFF_S[0])
         since: dict[str, float] = {}
+        invalid: set[str] = set()  # reported once, never retried: no retry can make it valid
         while True:
             now = trio.current_time()
             for addr in self.config.bootstrap:
+                if addr in invalid:
+                    continue
                 pid = addr.rsplit("/p2p/", 1)[-1]
                 if pid in self._connected_ids():
                     delay[addr] = BOOTSTRAP_BACKOFF_S[0]
@@ -355,6 +359,10 @@ class P2PNode:
                     log.info("connected to bootstrap peer %s", addr)
                     continue
                 self.counters.add("bootstrap_failures")
+                if problem.startswith(INVALID_ADDRESS):
+                    invalid.add(addr)
+                    log.warning("bootstrap peer %s: %s; skipped", addr, problem)
+                    continue
                 log.warning("bootstrap peer %s: %s; retrying in %.0f s", addr, problem, delay[addr])
                 retry_at[addr] = now + delay[addr]
                 delay[addr] = min(delay[addr] * 2, BOOTSTRAP_BACKOFF_S[1])
@@ -371,7 +379,7 @@ class P2PNode:
             port = int(ma.value_for_protocol("tcp"))
             pid = ID.from_base58(addr.rsplit("/p2p/", 1)[1])
         except Exception:
-            return "not a valid address: expected /ip4/HOST/tcp/PORT/p2p/PEER_ID"
+            return f"{INVALID_ADDRESS}: expected /ip4/HOST/tcp/PORT/p2p/PEER_ID"
         if pid.to_base58() == self.peer_id:
             return None
         timeout = self.config.stream_timeout_s
