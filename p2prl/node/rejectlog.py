@@ -19,8 +19,8 @@ HINTS: dict[str, str] = {
     VerdictReason.UNREACHABLE: "no validator could fetch this node's rollouts: on one machine or a LAN, "
     "start every node with --local-network; otherwise check that this node's listen port is reachable",
     VerdictReason.STALE: "this node is behind the trainer: rollouts of old versions are dropped",
-    VerdictReason.INDEX_GAP: "a batch of this version was not judged before this one (lost or unfetched); "
-    "the next version starts afresh",
+    VerdictReason.INDEX_GAP: "the validator did not judge this node's earlier batches of this version (lost, "
+    "or unreachable before): it takes them again from the next version, or once it restarts",
 }
 EVERY_S = 60.0
 KNOWN = frozenset(VerdictReason)
