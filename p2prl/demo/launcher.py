@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from p2prl.crypto import load_or_create_identity
-from p2prl.dashboard import fetch_status, mean_reward, reward_ends, reward_series, run_dashboard
+from p2prl.dashboard import (
+    fetch_status,
+    mean_reward,
+    per_version,
+    reward_ends,
+    reward_series,
+    run_dashboard,
+)
 from p2prl.demo.supervisor import Supervisor, s3_missing
 from p2prl.net import free_port, peer_id_for
 from p2prl.node import NetworkSpec, describe_model, genesis_from_spec, write_genesis
@@ -220,6 +227,9 @@ def progress_line(elapsed: float, statuses: dict[str, dict[str, Any] | None], na
     miners = [statuses.get(n) for n in names if n.startswith("miner")]
     versions = ",".join(str(m.get("version", "?")) if m else "?" for m in miners)
     in_sync = sum(1 for m in miners if m and int(m.get("version", -1)) == tv)
+    # one version behind is the normal state while a new patch spreads: say so rather than "0/2"
+    near = sum(1 for m in miners if m and 0 < tv - int(m.get("version", -1)) <= 1)
+    sync = f"{in_sync}/{len(miners)} in sync" + (f", {near} one version behind" if near else "")
     c = (statuses.get("validator") or {}).get("counters", {})
     series = reward_series([trainer]) if trainer else []
     recent = mean_reward(series[-3:])
@@ -227,7 +237,7 @@ def progress_line(elapsed: float, statuses: dict[str, dict[str, Any] | None], na
     published = int(trainer.get("counters", {}).get("versions_published", 0))
     return (
         f"[{elapsed:5.0f} s] trainer v{tv} ({published} published) | miners v{versions}, "
-        f"{in_sync}/{len(miners)} in sync | groups accepted {int(c.get('groups_accepted', 0))} "
+        f"{sync} | groups accepted {int(c.get('groups_accepted', 0))} "
         f"rejected {int(c.get('groups_rejected', 0))} | reward {reward}"
     )
 
@@ -291,6 +301,10 @@ def summarize(
         "reward_last": reward_last,
         "reward_by_version": {str(v): round(m, 4) for v, m, _ in series},
         "scores": validator.get("scores", {}),
+        # per version: reward, rollouts trained on / produced / accepted, acceptance (the --reward-csv rows)
+        "by_version": per_version(
+            trainer, validator, [statuses.get(n) for n in names if n.startswith("miner")]
+        ),
     }
 
 
@@ -325,7 +339,8 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
                 "only, without the S3 mirror/fallback. For it: pip install 'moto[s3]>=5.0' flask flask-cors",
                 flush=True,
             )
-        print(f"demo directory {root}; {where}; building the base model if needed…", flush=True)
+        model = f"model {opts.model}" if opts.model is not None else "building the base model if needed"
+        print(f"demo directory {root}; {where}; {model}…", flush=True)
         plan = prepare(opts, root, endpoint)
         for n in names:
             sup.spawn(n, _node_args(opts, root, plan, n, endpoint), env=S3_ENV)

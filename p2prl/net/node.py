@@ -49,6 +49,7 @@ from p2prl.store import BlobStore
 log = logging.getLogger(__name__)
 STANDING_MAX = 4096  # peers with standing a relay remembers (add_standing)
 BOOTSTRAP_BACKOFF_S = (1.0, 60.0)  # first and longest wait before dialing a failed bootstrap peer again
+INVALID_ADDRESS = "not a valid address"  # a bootstrap address no retry can make dialable
 
 __all__ = ["FetchError", "Incoming", "P2PNode", "PeerInfo", "PublishError"]
 
@@ -64,6 +65,20 @@ class PeerInfo:
     connected: bool
     banned: bool
 
+
+def _libp2p_logging() -> None:
+    """libp2p logs each failed stream or dial as a multi-line error through Python's last-resort
+    handler (unformatted, on stderr), while this node handles, counts and retries those failures
+    itself: keep them out of the log unless it runs at DEBUG, then in the node's own format. Runs
+    after libp2p's import, which resets its logger to WARNING; a level set otherwise is kept."""
+    lg = logging.getLogger("libp2p")
+    if lg.level != logging.WARNING:
+        return
+    if logging.getLogger().isEnabledFor(logging.DEBUG):
+        lg.setLevel(logging.DEBUG)
+        lg.propagate = True
+    else:
+        lg.setLevel(logging.CRITICAL)
 
 class P2PNode:
     def __init__(
@@ -183,6 +198,7 @@ class P2PNode:
         from libp2p.pubsub.pubsub import Pubsub
         from libp2p.tools.anyio_service import background_trio_service
 
+        _libp2p_logging()
         self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
         cfg = self.config
@@ -299,6 +315,11 @@ class P2PNode:
         """Dial a full multiaddr (…/p2p/<peer id>); raises on failure."""
         self._call(self._connect, addr, timeout or self.config.stream_timeout_s)
 
+    def dial_problem(self, addr: str) -> str | None:
+        """Dial ``addr`` as a bootstrap peer is dialled: None once connected, else what is wrong, in
+        words a user can act on (``p2prl peers``)."""
+        return self._call(self._try_bootstrap, addr)  # type: ignore[no-any-return]
+
     async def _connect(self, addr: str, timeout: float) -> None:
         import multiaddr
         from libp2p.peer.peerinfo import info_from_p2p_addr
@@ -320,9 +341,12 @@ class P2PNode:
         retry_at = dict.fromkeys(self.config.bootstrap, 0.0)
         delay = dict.fromkeys(self.config.bootstrap, BOOTSTRAP_BACKOFF_S[0])
         since: dict[str, float] = {}
+        invalid: set[str] = set()  # reported once, never retried: no retry can make it valid
         while True:
             now = trio.current_time()
             for addr in self.config.bootstrap:
+                if addr in invalid:
+                    continue
                 pid = addr.rsplit("/p2p/", 1)[-1]
                 if pid in self._connected_ids():
                     delay[addr] = BOOTSTRAP_BACKOFF_S[0]
@@ -337,6 +361,10 @@ class P2PNode:
                     log.info("connected to bootstrap peer %s", addr)
                     continue
                 self.counters.add("bootstrap_failures")
+                if problem.startswith(INVALID_ADDRESS):
+                    invalid.add(addr)
+                    log.warning("bootstrap peer %s: %s; skipped", addr, problem)
+                    continue
                 log.warning("bootstrap peer %s: %s; retrying in %.0f s", addr, problem, delay[addr])
                 retry_at[addr] = now + delay[addr]
                 delay[addr] = min(delay[addr] * 2, BOOTSTRAP_BACKOFF_S[1])
@@ -353,7 +381,7 @@ class P2PNode:
             port = int(ma.value_for_protocol("tcp"))
             pid = ID.from_base58(addr.rsplit("/p2p/", 1)[1])
         except Exception:
-            return "not a valid address: expected /ip4/HOST/tcp/PORT/p2p/PEER_ID"
+            return f"{INVALID_ADDRESS}: expected /ip4/HOST/tcp/PORT/p2p/PEER_ID"
         if pid.to_base58() == self.peer_id:
             return None
         timeout = self.config.stream_timeout_s

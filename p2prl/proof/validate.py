@@ -204,7 +204,8 @@ class RolloutValidator:
         self.used_slots: LRU[tuple[int, bytes, int], None] = LRU(self.config.seen_capacity)
         # (version, miner) -> the next prompt index a batch of that miner must start at
         self.next_index: LRU[tuple[int, bytes], int] = LRU(self.config.seen_capacity)
-        # the current version when this validator started (default: at its first check); it saw the
+        # the current version when this validator started (default: at its first batch of a version it
+        # holds, so a node still catching up does not count as started); it saw the
         # batches of later versions from their start, of earlier ones maybe not
         self.started_at = started_at
 
@@ -222,8 +223,6 @@ class RolloutValidator:
         """Judge a batch whose signed announcement ``decode_message`` already verified."""
         ann, cfg = announcement, self.config
         n = ann.groups
-        if self.started_at is None:
-            self.started_at = current_version
         if cfg.groups_per_batch is not None and n != cfg.groups_per_batch:  # signed: before any work
             return reject_all(n, R.GROUP_COUNT, hard=True)
         if len(batch_bytes) != ann.blob.size or hashlib.sha256(batch_bytes).hexdigest() != ann.blob.id:
@@ -238,6 +237,8 @@ class RolloutValidator:
         manifest_hash, model = held
         if manifest_hash != ann.manifest_hash:
             return reject_all(n, R.MANIFEST_MISMATCH)
+        if self.started_at is None:  # the first batch it can judge: a validator still catching up
+            self.started_at = current_version  # must not expect versions begun before from index 0
         try:
             batch = decode_batch(batch_bytes, self._limits())
         except BatchError as e:

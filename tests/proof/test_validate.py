@@ -406,6 +406,19 @@ def test_cherry_picked_prompt_indices_rejected(world: World) -> None:
     assert R.GROUP_SIZE in _reasons(v.check(q.announcement, MINER, q.blob, VERSION))
 
 
+def test_validator_catching_up_takes_a_version_in_progress_from_its_first_batch(world: World) -> None:
+    """A restarted validator still syncing judges batches of a version it does not hold yet as
+    ``future_version``; that must not make it expect the miner's batches of that version from index
+    0 once it holds it (every later batch would be ``index_gap``: no group accepted, no new version,
+    the network stuck until the miner's state is wiped)."""
+    w = _sized(world)
+    v = w.validator()
+    early = world.mine(indices=(4, 5))
+    assert _reasons(v.check(early.announcement, MINER, early.blob, VERSION - 1)) == {R.FUTURE_VERSION}
+    later = world.mine(indices=(6, 7))  # the miner went on; the validator now holds VERSION
+    assert _reasons(v.check(later.announcement, MINER, later.blob, VERSION)) == {R.OK}
+
+
 def test_check_stats_keep_the_keys_calibration_and_the_benchmark_read() -> None:
     stats = V.CheckStats()
     stats.add_rollout({"fp_rollout": 0.02, "lp_max": 0.1, "dist_logp": -3.0})
