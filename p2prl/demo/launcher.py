@@ -137,6 +137,7 @@ def prepare(opts: DemoOptions, root: Path, s3_endpoint: str) -> dict[str, Any]:
     plan["genesis"] = genesis_path
     plan["model_cache"] = model_cache
     plan["keys"] = {n: i.public_hex for n, i in ids.items()}
+    plan["dishonest"] = ["miner2"] if opts.dishonest_miner else []
     return plan
 
 
@@ -242,6 +243,24 @@ def progress_line(elapsed: float, statuses: dict[str, dict[str, Any] | None], na
     )
 
 
+def honest_check(miners: list[dict[str, Any]], rejections: dict[str, int]) -> dict[str, Any]:
+    """An honest network rejects nothing but stale rollouts and scores every honest miner above 0
+    (with a dishonest miner in the run, its rejections are expected and not judged here)."""
+    honest = [m for m in miners if m.get("honest", True)]
+    zero = [m["name"] for m in honest if int(m.get("score", 0)) <= 0]
+    if len(honest) == len(miners):
+        other = {k: v for k, v in rejections.items() if k != "stale"}
+    else:  # the validator's counters do not say whose: judge honest miners by the verdicts they got
+        other = {
+            f"{m['name']} {k}": v for m in honest for k, v in m.get("rejections", {}).items() if k != "stale"
+        }
+    ok = not zero and not other
+    detail = "honest miners: nothing rejected but stale, every score > 0"
+    if not ok:
+        detail = f"honest miners: rejected {other or 'nothing'}, score 0: {zero or 'none'}"
+    return {"ok": ok, "detail": detail}
+
+
 def summarize(
     plan: dict[str, Any], statuses: dict[str, dict[str, Any] | None], names: list[str]
 ) -> dict[str, Any]:
@@ -265,6 +284,8 @@ def summarize(
                 "groups_accepted": int(s.get("counters", {}).get("groups_accepted", 0)),
                 "groups_rejected": int(s.get("counters", {}).get("groups_rejected", 0)),
                 "score": int(validator.get("scores", {}).get(plan["keys"][n], 0)),
+                "honest": n not in plan.get("dishonest", []),
+                "rejections": dict(s.get("labelled", {}).get("rejected", {})),
                 "bytes_from_peers": int(s.get("gauges", {}).get("net_bytes_down", 0)),
                 "bytes_from_s3": int(s.get("gauges", {}).get("net_bytes_s3", 0)),
             }
@@ -295,6 +316,7 @@ def summarize(
         "trainer_upload_bytes": uploaded,
         "trainer_upload_ratio": round(uploaded / published, 3) if published else 0.0,
         "rejections": validator.get("labelled", {}).get("rejected", {}),
+        "checks": {"honest": honest_check(miners, validator.get("labelled", {}).get("rejected", {}))},
         # the validator's tolerances and the largest errors it measured (rejected batches included)
         "proof": {k[6:]: v for k, v in validator.get("gauges", {}).items() if k.startswith("proof_")},
         "reward_first": reward_first,
