@@ -230,6 +230,7 @@ def run_setup(
         group_size=GROUP_SIZE,
         max_staleness=4,
         checked_per_group=checked_per_group,
+        checked_tokens=0,  # exactly checked_per_group per group: what the benchmark measures
     )
     mh = manifest_of(setup.model)
     idx = _groups_for(n_rollouts)
