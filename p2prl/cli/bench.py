@@ -250,6 +250,11 @@ def bench_flood(
         "--inject",
         help="Deliver the flood straight to the roles' handlers (full rate) instead of by gossip.",
     ),
+    many_keys: bool = typer.Option(
+        False,
+        "--many-keys",
+        help="The many-key case: a fresh key per judged junk batch, and replays of honest batches (injected).",
+    ),
     cache_dir: Path = typer.Option(
         _CACHE,
         "--cache-dir",
@@ -263,7 +268,7 @@ def bench_flood(
         if not as_json:
             typer.echo(msg)
 
-    r = run(cache_dir, FloodSpec(seconds, every, miners, attackers, keys, inject), log=log)
+    r = run(cache_dir, FloodSpec(seconds, every, miners, attackers, keys, inject, many_keys), log=log)
     if as_json:
         typer.echo(json.dumps(r, sort_keys=True))
         return
@@ -279,6 +284,10 @@ def bench_flood(
     if r["inject"]:
         typer.echo(f"injected into the handlers: {r['injected']} announcements")
     typer.echo(f"honest rate under flood: {r['ratio']:.0%} of unflooded")
+    if r["many_keys"]:
+        typer.echo(
+            f"honest miners zeroed: {r['honest_miners_zeroed']}; judged pairs forgotten: {r['judged_forgotten']}"
+        )
     typer.echo(
         f"validator: {r['validator_batches_checked']} batches judged, dropped {r['validator_dropped']}"
     )

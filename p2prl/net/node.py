@@ -47,6 +47,7 @@ from p2prl.reasons import GossipDrop, InputReason
 from p2prl.store import BlobStore
 
 log = logging.getLogger(__name__)
+STANDING_MAX = 4096  # peers with standing a relay remembers (add_standing)
 BOOTSTRAP_BACKOFF_S = (1.0, 60.0)  # first and longest wait before dialing a failed bootstrap peer again
 
 __all__ = ["FetchError", "Incoming", "P2PNode", "PeerInfo", "PublishError"]
@@ -118,6 +119,7 @@ class P2PNode:
         self._public_addrs: list[str] = []
         self._foreign: set[str] = set()  # bootstrap peers already reported as of another network
         self._relay: Any = None  # BoundedRelay when this node relays for others (config.relay)
+        self._standing: dict[str, None] = {}  # peers seen in verdicts or scores, oldest first
         self._relay_client: Any = None
 
     # ---------------------------------------------------------------- lifecycle (any thread)
@@ -248,7 +250,7 @@ class P2PNode:
         from p2prl.net.relay import BoundedRelay, RelayClient
 
         if self.config.relay is not None:
-            self._relay = circuit = BoundedRelay(host, self.config.relay, self.counters)
+            self._relay = circuit = BoundedRelay(host, self.config.relay, self.counters, self._standing)
         else:
             circuit = CircuitV2Protocol(host, allow_hop=False)
         self._relay_client = RelayClient(host, circuit, self.counters)
@@ -410,7 +412,7 @@ class P2PNode:
         """Behind a NAT, hold slots at up to ``MAX_RELAYS`` relays among the peers we dialed (a
         peer that is no relay refuses the protocol); and close a relayed connection as soon as a
         direct one to the same peer exists (after a hole punch), so chunks can flow."""
-        from p2prl.net.relay import MAX_RELAYS, RESERVE_EVERY_S
+        from p2prl.net.relay import MAX_RELAYS, REFRESH_S, RESERVE_EVERY_S
 
         asked: dict[str, float] = {}
         while True:
@@ -423,6 +425,12 @@ class P2PNode:
             direct = direct_peers(self._host)
             client.forget(direct)
             now = trio.current_time()
+            for peer in sorted(client.relays):  # renew held slots well within the relay's short TTL
+                if now - asked.get(peer, now) >= REFRESH_S:
+                    asked[peer] = now
+                    assert self._nursery is not None
+                    if not await client.reserve(peer, self._nursery, self.config.stream_timeout_s):
+                        client.relays.pop(peer, None)
             for peer in sorted(direct - set(client.relays)):
                 if len(client.relays) >= MAX_RELAYS:
                     break
@@ -432,7 +440,7 @@ class P2PNode:
                 assert self._nursery is not None
                 await client.reserve(peer, self._nursery, self.config.stream_timeout_s)
             if len(asked) > 1024:
-                asked = {p: t for p, t in asked.items() if now - t < RESERVE_EVERY_S}
+                asked = {p: t for p, t in asked.items() if now - t < RESERVE_EVERY_S or p in client.relays}
 
     def connections(self) -> dict[str, list[bool]]:
         """Per connected peer, whether each of its connections is relayed (reports, tests)."""
@@ -443,6 +451,19 @@ class P2PNode:
             pid.to_base58(): [is_relayed(getattr(c, "muxed_conn", c)) for c in conns]
             for pid, conns in self._host.get_network().get_connections_map().items()
         }
+
+    def add_standing(self, peer_ids: list[str]) -> None:
+        """Peers with standing (seen in verdicts or scores): a full relay makes room for them first,
+        and the heartbeat dialer dials them first. Bounded (the newest ``STANDING_MAX``)."""
+        st = self._standing
+        for p in peer_ids:
+            st.pop(p, None)
+            st[p] = None
+        while len(st) > STANDING_MAX:
+            st.pop(next(iter(st)))
+
+    def has_standing(self, peer_id: str) -> bool:
+        return peer_id in self._standing
 
     def relay_stats(self) -> dict[str, Any]:
         """What goes through relays: as a relay, bytes carried per peer; as a client, our slots."""

@@ -168,7 +168,7 @@ class NodeConfig:
         },
     )
     checked_per_group: int = field(
-        default=0,
+        default=2,
         metadata={
             "help": "Validator: rollouts per group recomputed with the model, picked after receipt (0: all)."
         },
