@@ -50,6 +50,7 @@ class ConnectionWatch:
         self._stuck_since: dict[Any, float] = {}
         self._repairing: set[Any] = set()
         self._remembered: dict[Any, list[str]] = {}  # topics of peers awaiting a new stream
+        self._tasks: set[tuple[Any, str]] = set()  # repair steps still running, per peer
 
     # ------------------------------------------------------------ INotifee (called by the swarm)
 
@@ -256,18 +257,15 @@ class ConnectionWatch:
             topics = self._remembered.get(peer) or [
                 t for t, peers in self.pubsub.peer_topics.items() if peer in peers
             ]
-            dead = await self._close_dead(peer)
+            dead: list[Any] = []
+            await self._bounded(2 * PROBE_TIMEOUT_S, peer, self._close_dead, peer, dead)
             if self.pubsub.peers.get(peer) is not None:  # a stream pubsub cannot use: drop it first
                 try:
                     self.pubsub._handle_dead_peer(peer)
                 except Exception as e:
                     log.debug("dropping %s's pubsub stream: %r", short, e)
             if self._live(peer):
-                with trio.move_on_after(RETRY_S):
-                    try:
-                        await self.pubsub._handle_new_peer_with_retry(peer, RETRY_S)
-                    except Exception as e:
-                        log.debug("opening a pubsub stream to %s: %r", short, e)
+                await self._bounded(RETRY_S, peer, self.pubsub._handle_new_peer_with_retry, peer, RETRY_S)
             self._restore(peer, topics)
             ok = self._registered(peer)
             stuck_s = trio.current_time() - since
@@ -277,7 +275,7 @@ class ConnectionWatch:
                 "pubsub had no usable stream to %s for %.0f s: %d dead connection(s) closed, %s",
                 short,
                 stuck_s,
-                dead,
+                len(dead),
                 "stream reopened" if ok else "still stuck",
             )
             if not ok and stuck_s >= RESET_S:
@@ -285,9 +283,36 @@ class ConnectionWatch:
         finally:
             self._repairing.discard(peer)
 
-    async def _close_dead(self, peer: Any) -> int:
+    async def _bounded(self, seconds: float, peer: Any, fn: Any, *args: Any) -> bool:
+        """Run ``fn(*args)`` as its own task and wait at most ``seconds`` (+1) for it; True if it ended.
+
+        py-libp2p resets a failed or cancelled stream inside a shielded scope with no deadline,
+        so on a connection whose writes block a cancelled call outlives its timeout: the repair
+        goes on without it (and the reset that follows closes that connection, which ends it). At
+        most one such task per peer and step runs at a time."""
+        key = (peer, getattr(fn, "__name__", ""))
+        if key in self._tasks or self._nursery is None:
+            return False
+        done = trio.Event()
+        self._tasks.add(key)
+
+        async def run() -> None:
+            try:
+                with trio.move_on_after(seconds):
+                    await fn(*args)
+            except Exception as e:
+                log.debug("%s for %s: %r", key[1], peer.to_base58()[-8:], e)
+            finally:
+                self._tasks.discard(key)
+                done.set()
+
+        self._nursery.start_soon(run)
+        with trio.move_on_after(seconds + 1.0):
+            await done.wait()
+        return done.is_set()
+
+    async def _close_dead(self, peer: Any, dead: list[Any]) -> None:
         """Ping each of ``peer``'s connections at once; close those that do not answer."""
-        dead: list[Any] = []
 
         async def check(conn: Any) -> None:
             if not await self.probe(conn):
@@ -299,7 +324,6 @@ class ConnectionWatch:
         for conn in dead:
             self.counters.add("dead_conns_closed")
             await self._close(conn)
-        return len(dead)
 
     async def _reset(self, peer: Any, stuck_s: float) -> None:
         log.info(
@@ -310,8 +334,9 @@ class ConnectionWatch:
         self.counters.add("stuck_peer_resets")
         self._remembered.pop(peer, None)
         self._stuck_since.pop(peer, None)
-        for conn in self._connections(peer):
-            await self._close(conn)
+        if self._nursery is not None:
+            for conn in self._connections(peer):
+                self._nursery.start_soon(self._close, conn)
 
     async def _close(self, conn: Any) -> None:
         with trio.move_on_after(PROBE_TIMEOUT_S):
