@@ -19,7 +19,9 @@ nothing ever flushes them: ``new_stream`` over a half-dead connection can hang w
 and a hung retry task blocks every later retry for that peer. The sweep pings the peer's
 connections, closes the dead ones, opens the stream itself under a timeout, and when the peer is
 still stuck after ``RESET_S`` closes every connection to it so both sides start clean (the
-bootstrap loop and the dialer dial again).
+bootstrap loop and the dialer dial again). It also pings the connections of a registered peer
+whose outbound queue has not emptied for ``STUCK_S`` (a connection that takes no bytes blocks the
+writer without an error) and cuts those that do not answer.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class ConnectionWatch:
         self._repairing: set[Any] = set()
         self._remembered: dict[Any, list[str]] = {}  # topics of peers awaiting a new stream
         self._tasks: set[tuple[Any, str]] = set()  # repair steps still running, per peer
+        self._backlog_since: dict[Any, float] = {}  # peers whose outbound queue is not empty
 
     # ------------------------------------------------------------ INotifee (called by the swarm)
 
@@ -109,11 +112,7 @@ class ConnectionWatch:
                 continue
             log.info("closing a dead connection to %s (it came back on a new one)", peer.to_base58()[-8:])
             self.counters.add("dead_conns_closed")
-            with trio.move_on_after(PROBE_TIMEOUT_S):
-                try:
-                    await conn.close()
-                except Exception as e:
-                    log.debug("closing dead connection: %r", e)
+            await self._close(conn)
             self._forget_stream_on(peer, conn)
 
     async def probe(self, conn: Any) -> bool:
@@ -250,6 +249,35 @@ class ConnectionWatch:
             if now - since >= STUCK_S and peer not in self._repairing and self._nursery is not None:
                 self._repairing.add(peer)
                 self._nursery.start_soon(self._repair, peer, since)
+        # a registered stream whose writer made no way through its queue: the connection may
+        # take no bytes (a peer that stopped reading, a NAT that dropped the flow)
+        backlogged = {p for p, q in list(self.pubsub.peer_queues.items()) if len(q)}
+        for peer in list(self._backlog_since):
+            if peer not in backlogged:
+                del self._backlog_since[peer]
+        for peer in backlogged:
+            since = self._backlog_since.setdefault(peer, now)
+            if now - since >= STUCK_S and peer not in self._repairing and self._nursery is not None:
+                self._repairing.add(peer)
+                self._nursery.start_soon(self._unblock, peer, since)
+
+    async def _unblock(self, peer: Any, since: float) -> None:
+        """Close the connections of a backlogged peer that do not answer a ping (the writer then
+        fails and pubsub re-registers the peer); a peer that answers is only slow: left alone."""
+        try:
+            dead: list[Any] = []
+            await self._bounded(2 * PROBE_TIMEOUT_S, peer, self._close_dead, peer, dead)
+            if dead:
+                self.counters.add("pubsub_unblocked")
+                log.info(
+                    "pubsub's writes to %s stalled for %.0f s: %d dead connection(s) closed",
+                    peer.to_base58()[-8:],
+                    trio.current_time() - since,
+                    len(dead),
+                )
+            self._backlog_since.pop(peer, None)
+        finally:
+            self._repairing.discard(peer)
 
     async def _repair(self, peer: Any, since: float) -> None:
         short = peer.to_base58()[-8:]
@@ -339,8 +367,36 @@ class ConnectionWatch:
                 self._nursery.start_soon(self._close, conn)
 
     async def _close(self, conn: Any) -> None:
+        """Close ``conn``. A connection that takes no bytes cannot say goodbye: yamux's GO_AWAY
+        waits for its writer forever, and a cancelled close leaves the connection listed yet
+        marked closed (a zombie). So its socket is shut first; libp2p's close then fails fast on
+        it and cleans up (a relayed connection has no socket of its own: closed politely)."""
+        sock = _socket_of(conn)
+        if sock is not None:
+            try:
+                sock.close()  # wakes every task blocked on it with an error
+            except Exception as e:
+                log.debug("closing a socket: %r", e)
         with trio.move_on_after(PROBE_TIMEOUT_S):
             try:
                 await conn.close()
             except Exception as e:
                 log.debug("closing a connection: %r", e)
+
+
+def _socket_of(conn: Any) -> Any:
+    """The trio socket under a libp2p connection (muxer, security session, raw connection,
+    TCP stream), or None (a relayed connection runs over another connection's stream)."""
+    x = getattr(conn, "muxed_conn", None)
+    for _ in range(8):
+        if isinstance(x, trio.SocketStream):
+            return x.socket
+        nxt = None
+        for attr in ("secured_conn", "conn", "stream"):
+            nxt = getattr(x, attr, None)
+            if nxt is not None and nxt is not x:
+                break
+        if nxt is None:
+            return None
+        x = nxt
+    return None

@@ -8,6 +8,9 @@ connection watch's sweep repairs it.
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
 import time
 from pathlib import Path
 
@@ -53,6 +56,58 @@ def counted(n: P2PNode, key: str, timeout: float) -> int:
     while not n.stats().get(key, 0) and time.monotonic() < deadline:
         time.sleep(0.2)
     return n.stats().get(key, 0)
+
+
+class StallRelay:
+    """TCP relay on 127.0.0.1 that can stall: it then stops reading either side and closes
+    nothing, as a peer that stopped reading or a flow a NAT forgot would (writes pile up)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target = ("127.0.0.1", target_port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.stalled = threading.Event()
+        self.closed = threading.Event()
+        self.socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self.socks += [client, server]
+            for src, dst in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        src.settimeout(0.1)
+        while not self.closed.is_set():
+            if self.stalled.is_set():
+                self.closed.wait(0.1)
+                continue
+            try:
+                data = src.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.closed.set()
+        for s in [self.listener, *self.socks]:
+            try:
+                s.close()
+            except OSError:
+                pass
 
 
 def wedge(n: P2PNode, peer: str) -> None:
@@ -144,3 +199,32 @@ def test_peer_that_never_takes_our_stream_is_disconnected(
     finally:
         b.stop()
         a.stop()
+
+
+def test_stream_whose_connection_takes_no_bytes_is_cut(tmp_path: Path) -> None:
+    """The only connection between ``a`` and ``b`` stops taking bytes: each side's pubsub writer
+    blocks with the other still registered (nothing errors, nothing closes). Each side pings the
+    connection, closes it, and once ``b`` dials again gossip flows."""
+    a, b = node(tmp_path / "a"), node(tmp_path / "b")
+    port = int(a.addrs[0].split("/tcp/")[1].split("/")[0])
+    relay = StallRelay(port)
+    try:
+        b.connect(f"/ip4/127.0.0.1/tcp/{relay.port}/p2p/{a.peer_id}")
+        assert delivered(a, b, 1, 20) and delivered(b, a, 1, 20)
+        relay.stalled.set()
+        for n in (a, b):
+            for _ in range(3):  # past the stream's 256 KiB flow-control window: the writer waits
+                n._publish_raw(HB, os.urandom(300_000))
+        deadline = time.monotonic() + 30
+        while any(p.connected for n in (a, b) for p in n.peers()):
+            assert time.monotonic() < deadline, (a.stats(), b.stats())
+            for n in (a, b):
+                n.publish(HB, beat(n, 2))  # live traffic keeps the backlog growing
+            time.sleep(0.5)
+        assert a.stats()["pubsub_unblocked"] >= 1 and b.stats()["pubsub_unblocked"] >= 1
+        b.connect(a.addrs[0])
+        assert delivered(a, b, 3, 20) and delivered(b, a, 3, 20), (a.stats(), b.stats())
+    finally:
+        b.stop()
+        a.stop()
+        relay.close()
