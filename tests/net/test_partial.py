@@ -87,3 +87,41 @@ def test_concurrent_fetches_never_trip_over_each_others_partials(tmp_path) -> No
     finally:
         fetcher.stop()
         provider.stop()
+
+
+def test_probe_that_runs_out_of_time_then_full_fetch(tmp_path) -> None:
+    """A validator's probe (short timeout, keep_partial False) runs out of time against a slow
+    provider with some chunks written; its download tasks have ended before its partial goes, so
+    the full fetch that follows starts on a clean file and completes (no ENOENT)."""
+    import pytest
+
+    from p2prl.crypto.keys import Identity
+    from p2prl.net.config import NetConfig
+    from p2prl.net.node import FetchError, P2PNode
+    from p2prl.net.peerproc import _server_class, blob_bytes
+
+    slow = _server_class("slow", 0.3)
+    provider = P2PNode(
+        Identity.generate(), "testnet", BlobStore(tmp_path / "p"), NetConfig(), server_class=slow
+    )
+    fetcher = P2PNode(Identity.generate(), "testnet", BlobStore(tmp_path / "f"), NetConfig())
+    data = blob_bytes(7, 8 * CH)
+    provider.store.put(data)
+    ref = blob_ref_for(data, CH)
+    provider.start()
+    fetcher.start()
+    try:
+        fetcher.connect(provider.addrs[0])
+        fetcher.add_provider_hint(ref.id, provider.peer_id)
+        arrived = []
+        with pytest.raises(FetchError, match="missing"):
+            fetcher.fetch(
+                ref, timeout=1.0, s3=False, keep_partial=False, on_progress=lambda d, _t: arrived.append(d)
+            )
+        assert any(arrived)  # the probe had written chunks when it ran out of time
+        assert not list(fetcher.partials.dir.glob("*.part"))
+        path = fetcher.fetch(ref, timeout=30, s3=False, keep_partial=False)
+        assert path.read_bytes() == data
+    finally:
+        fetcher.stop()
+        provider.stop()
