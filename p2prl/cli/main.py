@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 import typer
 
@@ -50,4 +51,19 @@ def _root(
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except SystemExit as e:
+        dist = sys.modules.get("p2prl.rl.distributed")  # imported only by runs that may be sharded
+        if dist is None or not dist.launched():
+            raise
+        # A rank under torchrun ends without interpreter teardown: a gloo worker thread that frees
+        # its last collective's tensors then needs the GIL, is made to exit by the finalizing
+        # interpreter, and aborts the process (rc -6) after a run that succeeded.
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, int | None):
+            print(e.code, file=sys.stderr)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
