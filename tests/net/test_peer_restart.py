@@ -13,10 +13,10 @@ import threading
 import time
 from pathlib import Path
 
+from p2prl.bench.peerproc import blob_bytes
 from p2prl.crypto.keys import Identity
 from p2prl.net.config import NetConfig
 from p2prl.net.node import P2PNode
-from p2prl.net.peerproc import blob_bytes
 from p2prl.net.topics import heartbeats_topic
 from p2prl.protocol import Heartbeat, encode_message
 from p2prl.protocol.blobs import blob_ref_for

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
+from p2prl.bench.peerproc import PeerProcess, blob_bytes
 from p2prl.net.config import NetConfig
 from p2prl.net.node import P2PNode
-from p2prl.net.peerproc import PeerProcess, blob_bytes
 from p2prl.net.s3 import S3Config, S3Mirror
 from p2prl.protocol.blobs import blob_ref_for
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from p2prl.net.peerproc import PeerProcess, blob_bytes
+from p2prl.bench.peerproc import PeerProcess, blob_bytes
 from p2prl.protocol.blobs import blob_ref_for
 from p2prl.testbed.bed import Testbed, hosts_spec
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from p2prl.net.peerproc import PeerProcess, blob_bytes
+from p2prl.bench.peerproc import PeerProcess, blob_bytes
 from p2prl.protocol.blobs import blob_ref_for
 from p2prl.testbed.bed import Testbed, hosts_spec
 
