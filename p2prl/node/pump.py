@@ -3,21 +3,36 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from p2prl.net import Dialer
+from p2prl.net import Dialer, Incoming
+from p2prl.node.config import NodeConfig
+from p2prl.node.port import NetPort
+from p2prl.node.status import NodeStatus
 from p2prl.protocol import Heartbeat
 from p2prl.reasons import NodeDrop
-
-if TYPE_CHECKING:
-    from p2prl.node.context import NodeContext
 
 log = logging.getLogger(__name__)
 
 
-Handler = Callable[[Any], None]
+Handler = Callable[[Incoming], None]
+
+
+class PumpHost(Protocol):
+    """What the pump uses of a node (``NodeContext`` has it): the pump knows no context, so the
+    context can start pumps without an import circle."""
+
+    config: NodeConfig
+    net: NetPort
+    status: NodeStatus
+    stop: threading.Event
+
+    def publish(self, kind: str, msg: Any) -> bool: ...
+
+    def spawn(self, name: str, target: Callable[[], None]) -> threading.Thread: ...
 
 
 class Pump:
@@ -29,7 +44,7 @@ class Pump:
 
     def __init__(
         self,
-        ctx: NodeContext,
+        ctx: PumpHost,
         handlers: dict[str, Handler],
         holds: Callable[[], list[str]],
         version: Callable[[], int],
@@ -65,10 +80,9 @@ class Pump:
                 self._heartbeat()
             self._refresh_status()
 
-    def _on_heartbeat(self, item: Any) -> None:
+    def _on_heartbeat(self, item: Incoming) -> None:
         hb: Heartbeat = item.message
-        origin = getattr(item, "origin", item.from_peer)
-        if hb.peer_id != origin:
+        if hb.peer_id != item.origin:
             self.ctx.status.incr_label("dropped", NodeDrop.HEARTBEAT_PEER_MISMATCH)
             return
         for blob_id in hb.holds[: Heartbeat.HINTED_HOLDS]:
