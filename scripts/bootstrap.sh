@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Sets up p2prl on a fresh machine (idempotent) and runs one of:
 #   demo [ARGS]   the main job: a local network (trainer, validator, 2 miners, S3) on 127.0.0.1
-#   test [ARGS]   lint, the import layers (pyproject.toml [tool.importlinter]) + the test suite
+#   test [ARGS]   lint, the import layers (pyproject.toml [tool.importlinter]) + the test suite;
+#                 test --fast [ARGS]: the suite without the slow, docker and testbed marks
 #   shell         a shell inside the environment
+# Installs the versions in constraints.txt (those the suite passes with). P2PRL_NO_CONSTRAINTS=1:
+# the newest that resolve instead, upgraded on every run, in their own environment (.venv-newest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-VENV=${P2PRL_VENV:-.venv}
+if [ "${P2PRL_NO_CONSTRAINTS:-0}" = 1 ]; then
+  VENV=${P2PRL_VENV:-.venv-newest}
+  pins=()
+else
+  VENV=${P2PRL_VENV:-.venv}
+  pins=(-c constraints.txt)
+fi
 PY=${PYTHON:-python3}
 
 need_sys=()
@@ -26,15 +35,22 @@ fi
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
 stamp="$VENV/.p2prl-installed"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+# what was installed: the package's requirements and the pins (reinstalled when either changes)
+want=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-64)
+if [ "${P2PRL_NO_CONSTRAINTS:-0}" = 1 ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   python -m pip install -q --upgrade pip
   # The CPU build of torch. Where pip's default index would hand out the CUDA build, point it at a
   # CPU index: P2PRL_TORCH_INDEX=https://download.pytorch.org/whl/cpu
   if ! python -c "import torch" 2>/dev/null; then
-    python -m pip install -q ${P2PRL_TORCH_INDEX:+--index-url "$P2PRL_TORCH_INDEX"} "torch==${P2PRL_TORCH_VERSION:-2.13.0}"
+    python -m pip install -q ${P2PRL_TORCH_INDEX:+--index-url "$P2PRL_TORCH_INDEX"} "${pins[@]}" \
+      "torch==${P2PRL_TORCH_VERSION:-2.13.0}"
   fi
-  python -m pip install -q -e ".[test]"
-  touch "$stamp"
+  if [ ${#pins[@]} -eq 0 ]; then
+    python -m pip install -q --upgrade --upgrade-strategy eager -e ".[test]"
+  else
+    python -m pip install -q "${pins[@]}" -e ".[test]"
+  fi
+  echo "$want" >"$stamp"
 fi
 
 # The image tests (tests/docker/test_image.py) need a Docker Engine. As root, install one (and
@@ -66,8 +82,12 @@ case "$cmd" in
   test)
     ruff check .
     lint-imports
+    if [ "${1:-}" = --fast ]; then
+      shift
+      exec python -m pytest -q -p no:cacheprovider -m "not slow and not docker and not testbed" "$@"
+    fi
     docker_engine
     exec python -m pytest -q -p no:cacheprovider "$@" ;;
   shell) exec "${SHELL:-bash}" ;;
-  *) echo "usage: $0 demo|test|shell [ARGS]" >&2; exit 2 ;;
+  *) echo "usage: $0 demo|test [--fast]|shell [ARGS]" >&2; exit 2 ;;
 esac

@@ -198,6 +198,7 @@ def test_flags_named_in_prose_exist(doc: Path) -> None:
     assert not unknown, f"{_rel(doc)} names options no p2prl command has: {unknown}"
 
 
+@pytest.mark.slow
 def test_help_of_every_command_shown() -> None:
     from typer.testing import CliRunner
 
