@@ -185,8 +185,8 @@ def _all_option_names() -> set[str]:
     return {n for path in command_paths() for n in option_names(path)}
 
 
-# Flags of other programs that the guides mention in prose.
-_FOREIGN_FLAGS = {"--gpus", "--build", "--build-arg", "--rm", "--restart"}
+# Flags of other programs (docker, pytest) that the guides mention in prose.
+_FOREIGN_FLAGS = {"--gpus", "--build", "--build-arg", "--rm", "--restart", "--strict-markers"}
 
 
 @pytest.mark.parametrize("doc", GUIDES, ids=lambda p: _rel(p))
