@@ -45,8 +45,9 @@ if [ "${P2PRL_NO_CONSTRAINTS:-0}" = 1 ] || [ "$(cat "$stamp" 2>/dev/null)" != "$
     python -m pip install -q ${P2PRL_TORCH_INDEX:+--index-url "$P2PRL_TORCH_INDEX"} "${pins[@]}" \
       "torch==${P2PRL_TORCH_VERSION:-2.13.0}"
   fi
-  if [ ${#pins[@]} -eq 0 ]; then
-    python -m pip install -q --upgrade --upgrade-strategy eager -e ".[test]"
+  if [ ${#pins[@]} -eq 0 ]; then  # the newest of everything but torch (its CPU build, as above)
+    python -m pip install -q --upgrade --upgrade-strategy eager -e ".[test]" \
+      "torch==${P2PRL_TORCH_VERSION:-2.13.0}"
   else
     python -m pip install -q "${pins[@]}" -e ".[test]"
   fi
