@@ -39,9 +39,9 @@ stamp="$VENV/.p2prl-installed"
 want=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-64)
 if [ "${P2PRL_NO_CONSTRAINTS:-0}" = 1 ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   python -m pip install -q --upgrade pip
-  # The CPU build of torch, at the version constraints.txt pins (or P2PRL_TORCH_VERSION). Where pip's
-  # default index would hand out the CUDA build, point it at a CPU index:
-  # P2PRL_TORCH_INDEX=https://download.pytorch.org/whl/cpu
+  # The CPU build of torch, at the version constraints.txt pins (P2PRL_TORCH_VERSION: another, with
+  # P2PRL_NO_CONSTRAINTS=1). Where pip's default index would hand out the CUDA build, point it at a
+  # CPU index: P2PRL_TORCH_INDEX=https://download.pytorch.org/whl/cpu
   torch_pin="torch==${P2PRL_TORCH_VERSION:-$(sed -n 's/^torch==//p' constraints.txt)}"
   if ! python -c "import torch" 2>/dev/null; then
     python -m pip install -q ${P2PRL_TORCH_INDEX:+--index-url "$P2PRL_TORCH_INDEX"} "${pins[@]}" "$torch_pin"
