@@ -60,7 +60,7 @@ class DemoOptions:
     group_size: int = 8
     groups_per_batch: int = 16
     anchor_interval: int = 10
-    max_staleness: int = 3
+    max_staleness: int = 3  # the demo's own; a network made without one: DEFAULT_MAX_STALENESS (4)
     chunk_size: int = 256 * 1024
     torch_threads: int = 1
     catch_up_s: float = 60.0
