@@ -50,10 +50,10 @@ def test_concurrent_fetches_never_trip_over_each_others_partials(tmp_path) -> No
     download with ENOENT (an honest batch rejected)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from p2prl.bench.peerproc import blob_bytes
     from p2prl.crypto.keys import Identity
     from p2prl.net.config import NetConfig
     from p2prl.net.node import P2PNode
-    from p2prl.net.peerproc import blob_bytes
 
     provider = P2PNode(Identity.generate(), "testnet", BlobStore(tmp_path / "p"), NetConfig())
     fetcher = P2PNode(Identity.generate(), "testnet", BlobStore(tmp_path / "f"), NetConfig())
@@ -95,10 +95,10 @@ def test_probe_that_runs_out_of_time_then_full_fetch(tmp_path) -> None:
     the full fetch that follows starts on a clean file and completes (no ENOENT)."""
     import pytest
 
+    from p2prl.bench.peerproc import _server_class, blob_bytes
     from p2prl.crypto.keys import Identity
     from p2prl.net.config import NetConfig
     from p2prl.net.node import FetchError, P2PNode
-    from p2prl.net.peerproc import _server_class, blob_bytes
 
     slow = _server_class("slow", 0.3)
     provider = P2PNode(
