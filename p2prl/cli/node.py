@@ -219,6 +219,9 @@ def demo(
     validator_device: str | None = typer.Option(
         None, "--validator-device", help="The validator's torch device, if not --device's."
     ),
+    engine: str = typer.Option(
+        "auto", "--engine", help="The miners' rollout engine: auto (vLLM where installed, on CUDA), hf or vllm."
+    ),
     testbed: bool = typer.Option(
         False, "--testbed", help="Every node on its own testbed host with rate-limited links (root; no S3)."
     ),
@@ -251,6 +254,7 @@ def demo(
         system_prompt=system_prompt,
         device=device,
         validator_device=validator_device,
+        engine=engine,
     )
     if testbed:
         opts.duration = opts.duration or 120.0

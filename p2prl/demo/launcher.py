@@ -66,6 +66,7 @@ class DemoOptions:
     system_prompt: str = ""
     device: str = "cpu"
     validator_device: str | None = None  # default: ``device`` (a CUDA network judged on the CPU, say)
+    engine: str = "auto"  # the miners' rollout engine: auto, hf or vllm (node --engine)
     # the trainer's step equals train-local's (32 prompts x 8 samples, lr 3e-4), taken train_epochs
     # times on each batch; each miner announces batches_per_version batches of 16 prompts per
     # version, so the miners make what the trainer consumes and no more (staleness stays 0-1)
@@ -166,12 +167,17 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
         args += ["--checkpoint-every", str(opts.checkpoint_every), "--train-epochs", str(opts.train_epochs)]
         args += ["--min-publish-s", str(opts.min_publish_s)]
     if role == "miner":
-        args += ["--batches-per-version", str(opts.batches_per_version)]
+        args += ["--batches-per-version", str(opts.batches_per_version), "--engine", opts.engine]
+        if opts.engine == "vllm":
+            args += ["--vllm-check-weights"]  # the summary shows the engine's own weights hash
+            if not opts.device.startswith("cuda"):
+                args += ["--vllm-eager"]  # on a CPU compiling buys nothing but a slower start
     device = opts.validator_device or opts.device if role == "validator" else opts.device
-    if role == "validator" and device == opts.device:
+    if role == "validator" and device == opts.device and opts.engine != "vllm":
         # every node runs the same engine: tolerances fit to it. A validator on another device keeps
         # the cross-engine defaults: calibrated to its own zero drift, it rejected one honest batch of
-        # CUDA miners in six demos (their fingerprints reach 0.005 of the 0.008 floor as training runs)
+        # CUDA miners in six demos (their fingerprints reach 0.005 of the 0.008 floor as training runs).
+        # vLLM miners are another engine too: their logprobs carry vLLM's kernels' drift
         args += ["--calibrate-tolerances"]
     args += ["--device", device] + (["--model", str(opts.model)] if opts.model else [])
     args += list(opts.node_args)
@@ -251,6 +257,9 @@ def summarize(
                 "version": v,
                 "weights_hash": s.get("weights_hash", ""),
                 "weights_sha256": s.get("weights_sha256", ""),
+                "engine": s.get("engine", ""),
+                # vLLM: the hash of the weights read back out of the engine (--vllm-check-weights)
+                "engine_weights_hash": s.get("engine_weights_hash", ""),
                 "rollouts_produced": int(s.get("counters", {}).get("rollouts_produced", 0)),
                 "groups_accepted": int(s.get("counters", {}).get("groups_accepted", 0)),
                 "groups_rejected": int(s.get("counters", {}).get("groups_rejected", 0)),
