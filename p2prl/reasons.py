@@ -102,6 +102,7 @@ class VerdictReason(StrEnum):
     FINGERPRINT = "fingerprint"
     LOGPROB = "logprob"
     DISTRIBUTION_BATCH = "distribution_batch"  # the whole batch's tokens are: proof of another sampler
+    SAMPLING = "sampling"  # tokens not drawn from their public uniforms: sharpened, re-drawn or picked
 
 
 # proof of misbehaviour (an honest miner never produces them): they zero the miner's score window
@@ -125,6 +126,7 @@ HARD_FAILURES: frozenset[str] = frozenset(
         VerdictReason.FINGERPRINT,
         VerdictReason.LOGPROB,
         VerdictReason.DISTRIBUTION_BATCH,
+        VerdictReason.SAMPLING,
     }
 )
 # rejections that only drop the batch or group

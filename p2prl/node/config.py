@@ -179,10 +179,10 @@ class NodeConfig:
         metadata={"help": "Validator: recent versions' weights kept to check slightly stale rollouts."},
     )
     calibrate_tolerances: bool = field(
-        default=False,
+        default=True,
         metadata={
             "help": "Validator: set fingerprint and logprob tolerances from this node's own engine at "
-            "start (miners on the same engine); off: loose defaults that allow cross-engine drift."
+            "start (on by default: the safe setting); off: loose defaults that let cheaper models pass."
         },
     )
     checked_per_group: int = field(

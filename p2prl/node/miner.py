@@ -21,7 +21,7 @@ from p2prl.node.common import generation_params, group_size, groups_per_batch, o
 from p2prl.node.context import NodeContext
 from p2prl.node.sync import WeightSync
 from p2prl.node.weights import Weights, sha256_of_state
-from p2prl.proof import build_batch, commitment_root, encode_batch
+from p2prl.proof import build_batch, commitment_root, encode_batch, sample_keys
 from p2prl.protocol import PatchManifest, RolloutAnnouncement, Verdict, blob_ref_for
 from p2prl.rl import derive_seed
 
@@ -134,7 +134,8 @@ class Miner:
         prompts = [self.tok.encode_prompt(p.prompt) for p in problems]
         t0 = time.monotonic()
         seed = int.from_bytes(derive_seed(mhash, key, first)[:4], "big")
-        samples = self.engine.generate(prompts, g_size, generation_params(ctx, seed))
+        keys = sample_keys(mhash, key, indices, g_size)
+        samples = self.engine.generate(prompts, g_size, generation_params(ctx, seed), keys)
         gen_s = time.monotonic() - t0
         groups, total, count, tokens = [], 0.0, 0, 0
         for i, p, ids, ss in zip(indices, problems, prompts, samples, strict=True):

@@ -26,12 +26,14 @@ def calibrate(
     params: Any,
     manifest_hash: str,
     base: ValidatorConfig,
-    n_prompts: int = 4,
-    group_size: int = 8,
+    n_prompts: int | None = None,
+    group_size: int | None = None,
     factor: float = 2.0,
     max_factor: float = 4.0,
-    fp_floor: float = 0.008,
-    lp_floor: float = 0.025,
+    fp_floor: float = 0.006,
+    fp_rollout_floor: float = 0.05,
+    lp_floor: float = 0.05,
+    lp_max_floor: float = 0.5,
 ) -> tuple[ValidatorConfig, dict[str, float]]:
     """``base`` with fingerprint and logprob tolerances set from honest drift; returns the measurement.
 
@@ -52,16 +54,21 @@ def calibrate(
     bf16 step apart is 0.0625 at |z| ≥ 8, past the 0.05 per-token floor that once rejected an honest
     rollout of the default model in a demo. The floor (0.025, 0.125 for the maximum) is what remains
     for an engine's other numerics."""
+    n_prompts = n_prompts or min(base.groups_per_batch or 4, 16)
+    group_size = group_size or base.group_size or 8
     loose = dataclasses.replace(
         base,
         fingerprint_tol=1.0,
         fingerprint_tol_rollout=1.0,
         logprob_tol_mean=1e9,
         logprob_tol_max=1e9,
+        sampling_alpha=0.0,
         groups_per_batch=None,  # its own batches of n_prompts groups
     )
-    worst = {"fp_group": 0.0, "fp_rollout": 0.0, "lp_max": 0.0}
-    for bs, seed in ((1, 7), (group_size * n_prompts, 8)):
+    worst = {"fp_quantile": 0.0, "fp_rollout": 0.0, "lp_max": 0.0, "sampling_misses": 0.0}
+    # a whole batch in one engine call (as a miner makes it) and one row at a time, each judged the
+    # way a live batch is: only the picked rollouts recomputed, so the forward's rows differ
+    for bs, seed in ((group_size * n_prompts, 8), (1, 7)):
         eng = HFEngine(model, tokenizer, max_batch=bs)
         p = mine_batch(
             eng,
@@ -75,14 +82,15 @@ def calibrate(
         )
         v = RolloutValidator.for_model(model, tokenizer, task, 0, manifest_hash, config=loose)
         s = v.check(p.announcement, CAL_MINER, p.blob, 0).stats
-        worst["fp_group"] = max(worst["fp_group"], s.fingerprint_err_group_max)
+        worst["fp_quantile"] = max(worst["fp_quantile"], s.fingerprint_err_quantile)
         worst["fp_rollout"] = max(worst["fp_rollout"], s.fingerprint_err_max)
         worst["lp_max"] = max(worst["lp_max"], s.logprob_err_max)
+        worst["sampling_misses"] = max(worst["sampling_misses"], s.sampling_misses)
     cfg = dataclasses.replace(
         base,
-        fingerprint_tol=max(fp_floor, factor * worst["fp_group"]),
-        fingerprint_tol_rollout=max(2 * fp_floor, factor * worst["fp_rollout"]),
+        fingerprint_tol=max(fp_floor, factor * worst["fp_quantile"]),
+        fingerprint_tol_rollout=max(fp_rollout_floor, factor * worst["fp_rollout"]),
         logprob_tol_mean=max(lp_floor, factor * worst["lp_max"] / 2),
-        logprob_tol_max=max(5 * lp_floor, max_factor * worst["lp_max"]),
+        logprob_tol_max=max(lp_max_floor, max_factor * worst["lp_max"]),
     )
     return cfg, worst

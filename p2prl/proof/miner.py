@@ -7,7 +7,7 @@ from typing import Any
 
 from p2prl.proof.batch import RolloutBatch, build_batch, commitment_root, encode_batch
 from p2prl.protocol import RolloutAnnouncement, blob_ref_for
-from p2prl.rl import derive_seed
+from p2prl.rl import derive_seed, sample_key
 
 
 @dataclass
@@ -30,6 +30,11 @@ def announce(batch: RolloutBatch) -> PreparedBatch:
     return PreparedBatch(batch, blob, ann)
 
 
+def sample_keys(manifest_hash: str, miner_key: bytes, indices: list[int], group_size: int) -> list[list[bytes]]:
+    """The sample keys of a batch: ``[prompt][sample]`` for the miner's prompt ``indices``."""
+    return [[sample_key(manifest_hash, miner_key, i, j) for j in range(group_size)] for i in indices]
+
+
 def mine_batch(
     engine: Any,
     task: Any,
@@ -40,11 +45,12 @@ def mine_batch(
     group_size: int,
     params: Any,
 ) -> PreparedBatch:
-    """Generate ``group_size`` completions for each of the miner's derived prompts ``indices``."""
+    """Generate ``group_size`` completions for each of the miner's derived prompts ``indices``, each
+    token drawn from its public uniform (``sample_keys``)."""
     tok = engine.tokenizer
     problems = [task.problem(derive_seed(manifest_hash, miner_key, i)) for i in indices]
     prompts = [tok.encode_prompt(p.prompt) for p in problems]
-    samples = engine.generate(prompts, group_size, params)
+    samples = engine.generate(prompts, group_size, params, sample_keys(manifest_hash, miner_key, indices, group_size))
     groups = []
     for i, prob, prompt, group in zip(indices, problems, prompts, samples, strict=True):
         rewards = [task.reward(prob, tok.decode(s.completion_ids)) for s in group]

@@ -32,6 +32,7 @@ class Job:
     logprobs: np.ndarray  # behaviour logprobs the miner reported, [n]
     sketches: np.ndarray  # the miner's sketches, [n, m]
     positions: np.ndarray  # completion positions whose sketches are compared
+    uniforms: np.ndarray | None = None  # the public sampling uniforms of its tokens [n] (rl.sampling)
 
 
 def token_chunks(lengths: Sequence[int], budget: int) -> list[range]:
@@ -151,10 +152,12 @@ def iter_rollout_stats(
     temperature: float,
     top_p: float,
     forward_tokens: int,
-) -> Iterator[dict[str, float]]:
-    """For every job, in order: fingerprint squared error and count (``fp_sq``, ``fp_n``) and its rms
-    (``fp_rollout``), mean and max absolute logprob error, Fisher log p-value of its tokens
-    (``dist_logp``) with the log-tail sum and count it came from, and its sequence log-probability.
+) -> Iterator[dict[str, Any]]:
+    """For every job, in order: fingerprint squared error and count (``fp_sq``, ``fp_n``), its rms
+    (``fp_rollout``) and each checked position's rms error (``fp_pos``, an array), mean and max
+    absolute logprob error, Fisher log p-value of its tokens (``dist_logp``) with the log-tail sum and
+    count it came from, its sequence log-probability, and for jobs with uniforms how far each token's
+    uniform lies outside the token's inverse-CDF interval (``samp_dist``, an array; 0 inside).
     Lazy: each forward of ``forward_tokens`` padded tokens runs when its first result is wanted, so a
     caller that has seen enough stops the model work."""
     lengths = [len(j.prompt_ids) + len(j.completion_ids) for j in jobs]
@@ -172,7 +175,7 @@ def _chunk_stats(
     sketch_dim: int,
     temperature: float,
     top_p: float,
-) -> list[dict[str, float]]:
+) -> list[dict[str, Any]]:
     n = np.array([len(j.completion_ids) for j in jobs])
     seg = np.repeat(np.arange(len(jobs)), n)
     starts = np.concatenate([[0], np.cumsum(n)[:-1]])
@@ -183,6 +186,8 @@ def _chunk_stats(
     d = differences(claimed, sketch(hidden[flat_pos], manifest_hash, sketch_dim))
     fp_sq = np.bincount(np.repeat(np.arange(len(jobs)), k), (d * d).sum(1), minlength=len(jobs))
     fp_n = k * sketch_dim
+    pos_err = np.sqrt((d * d).mean(1)) if len(d) else np.zeros(0)
+    pos_splits = np.split(pos_err, np.cumsum(k)[:-1])
     # logprobs and tails
     targets = np.concatenate([j.completion_ids for j in jobs])
     lp, tails = token_scores(logits, targets, temperature, top_p)
@@ -195,6 +200,7 @@ def _chunk_stats(
     tail_sum = np.bincount(seg, tails, minlength=len(jobs))
     dist = fisher_log_pvalues(tail_sum, n)
     seq_lp = np.bincount(seg, lp, minlength=len(jobs))
+    samp = _sampling_distances(jobs, logits, targets, starts, n, temperature, top_p)
     return [
         {
             "fp_sq": float(fp_sq[i]),
@@ -206,6 +212,38 @@ def _chunk_stats(
             "log_tail_sum": float(tail_sum[i]),
             "n_tails": float(n[i]),
             "seq_logprob": float(seq_lp[i]),
+            "fp_pos": pos_splits[i],
+            "samp_dist": samp[i],
         }
         for i in range(len(jobs))
     ]
+
+
+def _sampling_distances(
+    jobs: Sequence[Job],
+    logits: Any,
+    targets: np.ndarray,
+    starts: np.ndarray,
+    n: np.ndarray,
+    temperature: float,
+    top_p: float,
+) -> list[np.ndarray | None]:
+    """Per job with uniforms: each token's distance from its public uniform to the token's interval
+    under this model's processed distribution (``rl.sampling``); None for jobs without uniforms."""
+    from p2prl.rl import interval_distance, token_intervals
+
+    out: list[np.ndarray | None] = [None] * len(jobs)
+    if not any(j.uniforms is not None for j in jobs) or not len(targets):
+        return out
+    step = max(1, VOCAB_ELEMS // max(1, logits.shape[1]))
+    los, his = [], []
+    for s in range(0, logits.shape[0], step):
+        lo, hi = token_intervals(logits[s : s + step], targets[s : s + step], temperature, top_p)
+        los.append(lo)
+        his.append(hi)
+    lo, hi = np.concatenate(los), np.concatenate(his)
+    for i, j in enumerate(jobs):
+        if j.uniforms is not None:
+            sl = slice(int(starts[i]), int(starts[i] + n[i]))
+            out[i] = interval_distance(lo[sl], hi[sl], np.asarray(j.uniforms, dtype=np.float64))
+    return out

@@ -28,7 +28,7 @@ from p2prl.proof.recompute import Job, fisher_log_pvalues, iter_rollout_stats
 from p2prl.protocol import GroupVerdict, RolloutAnnouncement, Verdict
 from p2prl.reasons import HARD_FAILURES
 from p2prl.reasons import VerdictReason as R
-from p2prl.rl import Rollout, RolloutGroup, derive_seed
+from p2prl.rl import Rollout, RolloutGroup, derive_seed, sample_key, uniforms
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,14 @@ class ValidatorConfig:
     # a miner's batches for a version must use its prompt indices 0, 1, 2, ... in order, each batch
     # starting where the last one judged here ended: it cannot pick which of its prompts to answer
     contiguous_indices: bool = True
-    # fingerprint: relative error of the hidden state, estimated from the sketches
-    fingerprint_tol: float = 0.05  # rms over all checked positions of a group
-    fingerprint_tol_rollout: float = 0.08  # rms over one rollout's checked positions
+    # fingerprint: relative error of the hidden state, estimated from the sketches. Honest engines
+    # differ from the validator's forward either nowhere but a rare position (a bf16 rounding that
+    # went the other way: one such position can lift a short rollout's rms to ~0.03) or everywhere
+    # by a steady amount (other kernels); a cheaper model differs everywhere. So the batch is judged
+    # by a high quantile of its per-position errors, which rare honest outliers cannot move
+    fingerprint_tol: float = 0.05  # the fingerprint_quantile of the batch's per-position rms errors
+    fingerprint_quantile: float = 0.9
+    fingerprint_tol_rollout: float = 0.08  # rms over one rollout's checked positions (gross lies)
     positions_per_rollout: int = 64  # 0 = every position
     # rollouts per group recomputed with the model (0 = all), picked after receipt like the positions;
     # the cheap checks (prompt, reward, length, duplicates) always cover every rollout
@@ -60,6 +65,13 @@ class ValidatorConfig:
     # the whole batch below distribution_batch_alpha is a hard failure (honest: once per 1e12 batches)
     distribution_alpha: float = 1e-6
     distribution_batch_alpha: float = 1e-12
+    # verifiable sampling (rl.sampling): a token whose public uniform lies more than sampling_margin
+    # outside its interval under the validator's distribution is a miss; honest numerics make misses
+    # at most at sampling_miss_rate, so a batch whose misses are beyond what that rate gives with
+    # probability sampling_alpha was not drawn from its uniforms (sharpened, re-drawn, picked)
+    sampling_margin: float = 0.002
+    sampling_miss_rate: float = 1e-4
+    sampling_alpha: float = 1e-9
     # a repeated (prompt, completion) is a copy when its probability under the model is below this
     # (two honest draws of it then collide with probability < copy_max_prob**2 per pair)
     copy_max_prob: float = 1e-9
@@ -80,6 +92,10 @@ class CheckStats:
     logprob_err_max: float = 0.0  # the largest per-token behaviour logprob error
     distribution_logp_min: float = 0.0  # the least likely rollout's Fisher log p-value
     distribution_batch_logp: float = 0.0  # the whole batch's Fisher log p-value
+    fingerprint_err_quantile: float = 0.0  # the batch's per-position error at fingerprint_quantile
+    sampling_tokens: int = 0  # tokens whose uniforms were checked
+    sampling_misses: int = 0  # of them, how many lay beyond sampling_margin outside their interval
+    sampling_dist_max: float = 0.0  # the farthest a uniform lay outside its token's interval
     rollouts_picked: int = 0  # the secret sample plus every repeat
     rollouts_recomputed: int = 0  # fewer than picked when a hard failure stopped the checks
 
@@ -283,9 +299,11 @@ class RolloutValidator:
         unique, keys, repeats = self._find_repeats(batch, reasons)
         todo = self._pick_rollouts(batch, blob_id, reasons, repeats)
         stats = CheckStats(rollouts_picked=len(todo))
-        fp, tails = self._check_rollouts(batch, model, blob_id, todo, repeats, reasons, stats)
+        fp, tails, pos_errs, dists = self._check_rollouts(batch, model, blob_id, todo, repeats, reasons, stats)
         self._check_batch_distribution(tails, reasons, stats)
-        self._check_group_fingerprints(fp, reasons, stats)
+        self._group_fingerprints(fp, stats)
+        self._check_batch_fingerprint(pos_errs, reasons, stats)
+        self._check_batch_sampling(dists, reasons, stats)
         verdict = self._verdict(batch, reasons, problems, unique, stats)
         self._remember(batch, verdict, keys, blob_id)
         return verdict
@@ -368,25 +386,31 @@ class RolloutValidator:
         repeats: dict[tuple[int, int], bool],
         reasons: list[str],
         stats: CheckStats,
-    ) -> tuple[dict[int, tuple[float, float]], tuple[float, int]]:
+    ) -> tuple[dict[int, tuple[float, float]], tuple[float, int], list[np.ndarray], list[np.ndarray]]:
         """Recompute the picked rollouts with the model and check each: fingerprint, behaviour
         logprobs, the likelihood of its tokens, and (for a repeat) whether it is a copy. Stops at the
-        first hard failure (proof enough). Returns per group the fingerprint's (squared error, count)
-        and the batch's (sum of log tail probabilities, count) over what was recomputed."""
+        first hard failure (proof enough). Returns per group the fingerprint's (squared error, count),
+        the batch's (sum of log tail probabilities, count), the per-position fingerprint errors and
+        the sampling distances over what was recomputed."""
         fp: dict[int, tuple[float, float]] = {}
         log_tails, n_tails = 0.0, 0
+        pos_errs: list[np.ndarray] = []
+        dists: list[np.ndarray] = []
         for (gi, ri), res in zip(todo, self._model_checks(batch, model, todo, blob_id), strict=False):
             stats.add_rollout(res)
             sq, cnt = fp.get(gi, (0.0, 0.0))
             fp[gi] = (sq + res["fp_sq"], cnt + res["fp_n"])
             log_tails += res["log_tail_sum"]
             n_tails += int(res["n_tails"])
+            pos_errs.append(res["fp_pos"])
+            if res["samp_dist"] is not None:
+                dists.append(res["samp_dist"])
             if reasons[gi] != R.OK:
                 continue
             reasons[gi] = self._rollout_reason(res, repeats.get((gi, ri)))
             if reasons[gi] in HARD_FAILURES:
                 break
-        return fp, (log_tails, n_tails)
+        return fp, (log_tails, n_tails), pos_errs, dists
 
     def _rollout_reason(self, res: dict[str, float], copied_from_other: bool | None) -> str:
         """One recomputed rollout's reason; ``copied_from_other`` is None unless it is a repeat."""
@@ -414,20 +438,45 @@ class RolloutValidator:
             for gi in flagged:
                 reasons[gi] = R.DISTRIBUTION_BATCH
 
-    def _check_group_fingerprints(
-        self, fp: dict[int, tuple[float, float]], reasons: list[str], stats: CheckStats
-    ) -> None:
-        """Each group's fingerprint error, rms over all its checked positions, within the group
-        tolerance (tighter than one rollout's: it averages more positions)."""
-        errs = []
-        for gi, (sq, cnt) in fp.items():
-            err = math.sqrt(sq / cnt) if cnt else 0.0
-            errs.append(err)
-            if reasons[gi] == R.OK and err > self.config.fingerprint_tol:
-                reasons[gi] = R.FINGERPRINT
+    @staticmethod
+    def _group_fingerprints(fp: dict[int, tuple[float, float]], stats: CheckStats) -> None:
+        """Each group's fingerprint error, rms over all its checked positions (reported only)."""
+        errs = [math.sqrt(sq / cnt) if cnt else 0.0 for sq, cnt in fp.values()]
         if errs:
             stats.fingerprint_err_group_max = max(errs)
             stats.fingerprint_err_group_min = min(errs)
+
+    def _check_batch_fingerprint(
+        self, pos_errs: list[np.ndarray], reasons: list[str], stats: CheckStats
+    ) -> None:
+        """The batch's per-position fingerprint errors at ``fingerprint_quantile``: a model other
+        than the version's moves every position, honest numerics only a rare one. Over the tolerance,
+        every group still ok fails (the batch came from other weights)."""
+        errs = np.concatenate(pos_errs) if pos_errs else np.zeros(0)
+        if not errs.size or _failed_hard(reasons):  # the model work stopped at a lie: judged already
+            return
+        stats.fingerprint_err_quantile = float(np.quantile(errs, self.config.fingerprint_quantile))
+        if stats.fingerprint_err_quantile > self.config.fingerprint_tol:
+            for gi, r in enumerate(reasons):
+                if r == R.OK:
+                    reasons[gi] = R.FINGERPRINT
+
+    def _check_batch_sampling(self, dists: list[np.ndarray], reasons: list[str], stats: CheckStats) -> None:
+        """Whether the batch's tokens follow their public uniforms: more misses than honest numerics
+        make (a binomial bound at ``sampling_miss_rate``) fail every group still ok."""
+        d = np.concatenate(dists) if dists else np.zeros(0)
+        cfg = self.config
+        stats.sampling_tokens = int(d.size)
+        stats.sampling_misses = int(np.count_nonzero(d > cfg.sampling_margin))
+        stats.sampling_dist_max = float(d.max()) if d.size else 0.0
+        if cfg.sampling_alpha <= 0 or _failed_hard(reasons):  # off (calibration), or judged already
+            return
+        if binom_log_sf(stats.sampling_misses, stats.sampling_tokens, cfg.sampling_miss_rate) < math.log(
+            cfg.sampling_alpha
+        ):
+            for gi, r in enumerate(reasons):
+                if r == R.OK:
+                    reasons[gi] = R.SAMPLING
 
     def _remember(self, batch: RolloutBatch, verdict: BatchVerdict, keys: dict[bytes, int], blob_id: str) -> None:
         """Only accepted content claims a place in the seen index, and each accepted group its slot."""
@@ -499,10 +548,34 @@ class RolloutValidator:
         for gi, ri in todo:
             g, r = batch.groups[gi], batch.groups[gi].rollouts[ri]
             pos = self._positions(blob_id, gi, ri, len(r.completion_ids))
-            jobs.append(Job(g.prompt_ids, r.completion_ids, r.logprobs, r.sketches, pos))
+            u = uniforms(sample_key(batch.manifest_hash, batch.miner, g.index, ri), len(r.completion_ids))
+            jobs.append(Job(g.prompt_ids, r.completion_ids, r.logprobs, r.sketches, pos, u))
         return iter_rollout_stats(
             model, jobs, batch.manifest_hash, batch.sketch_dim, cfg.temperature, cfg.top_p, cfg.forward_tokens
         )
+
+
+def _failed_hard(reasons: list[str]) -> bool:
+    return any(r in HARD_FAILURES for r in reasons)
+
+
+def binom_log_sf(k: int, n: int, p: float) -> float:
+    """log P(X ≥ k) for X ~ Binomial(n, p), summed in log space (exact for the small k that matter)."""
+    if k <= 0:
+        return 0.0
+    if k > n:
+        return -math.inf
+    if p <= 0:
+        return -math.inf
+    if p >= 1:
+        return 0.0
+    lp, lq = math.log(p), math.log1p(-p)
+    terms = [
+        math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
+        for i in range(k, min(n, k + 200) + 1)
+    ]
+    m = max(terms)
+    return m + math.log(sum(math.exp(t - m) for t in terms))
 
 
 def reject_all(n: int, reason: str, hard: bool = False) -> BatchVerdict:

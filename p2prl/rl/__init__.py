@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         unpack_files,
     )
     from p2prl.rl.randmodel import QWEN25_05B, TINY, VLLM_TINY, build_random_model_dir
+    from p2prl.rl.sampling import interval_distance, pick_tokens, sample_key, token_intervals, uniforms
     from p2prl.rl.tokenizer import CharTokenizer, load_tokenizer
     from p2prl.rl.types import Rollout, RolloutGroup
 
@@ -84,6 +85,7 @@ __all__ = [
     "file_sha256",
     "get_task",
     "has_weights",
+    "interval_distance",
     "launched",
     "load_model",
     "load_tokenizer",
@@ -95,14 +97,18 @@ __all__ = [
     "pack_files",
     "parse_task_params",
     "pick_device",
+    "pick_tokens",
     "pin_task_params",
     "processed_logprobs",
     "random_qwen2",
     "rank",
+    "sample_key",
     "stop_ids_of",
     "teacher_forced",
+    "token_intervals",
     "tokenizer_sha256",
     "train_local",
+    "uniforms",
     "unique_state",
     "unpack_files",
     "vllm_unsupported",

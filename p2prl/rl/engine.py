@@ -12,9 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from p2prl.rl.sampling import pick_tokens, uniforms
 from p2prl.rl.tokenizer import Tokenizer
 
 
@@ -51,9 +53,15 @@ class RolloutEngine(Protocol):
     model: Any
 
     def generate(
-        self, prompts: list[list[int]], n_samples: int, params: GenerationParams
+        self,
+        prompts: list[list[int]],
+        n_samples: int,
+        params: GenerationParams,
+        keys: list[list[bytes]] | None = None,
     ) -> list[list[Sample]]:
-        """``n_samples`` completions per prompt, in prompt order."""
+        """``n_samples`` completions per prompt, in prompt order. With ``keys`` (``keys[i][j]``: the
+        sample key of prompt ``i``'s sample ``j``, ``rl.sampling``) every token is the inverse CDF of
+        its public uniform, so the result is a function of the weights alone."""
         ...
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
@@ -124,21 +132,38 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(
-        self, prompts: list[list[int]], n_samples: int, params: GenerationParams
+        self,
+        prompts: list[list[int]],
+        n_samples: int,
+        params: GenerationParams,
+        keys: list[list[bytes]] | None = None,
     ) -> list[list[Sample]]:
         if n_samples < 1:
             raise ValueError("n_samples must be >= 1")
         if any(len(p) == 0 for p in prompts):
             raise ValueError("empty prompt")
+        if keys is not None and [len(k) for k in keys] != [n_samples] * len(prompts):
+            raise ValueError("keys must give one sample key per prompt and sample")
         rows = [p for p in prompts for _ in range(n_samples)]
+        row_keys = [k for ks in keys for k in ks] if keys is not None else None
         gen = torch.Generator(device="cpu").manual_seed(params.seed)
         flat: list[Sample] = []
         for start in range(0, len(rows), self.max_batch):
-            flat.extend(self._generate_batch(rows[start : start + self.max_batch], params, gen))
+            part = slice(start, start + self.max_batch)
+            us = None
+            if row_keys is not None:
+                us = torch.from_numpy(
+                    np.stack([uniforms(k, params.max_new_tokens) for k in row_keys[part]])
+                )
+            flat.extend(self._generate_batch(rows[part], params, gen, us))
         return [flat[i * n_samples : (i + 1) * n_samples] for i in range(len(prompts))]
 
     def _generate_batch(
-        self, rows: list[list[int]], params: GenerationParams, gen: torch.Generator
+        self,
+        rows: list[list[int]],
+        params: GenerationParams,
+        gen: torch.Generator,
+        us: Tensor | None = None,
     ) -> list[Sample]:
         dev = self.device
         bsz, width = len(rows), max(len(r) for r in rows)
@@ -167,7 +192,10 @@ class HFEngine:
                 tok = logp.argmax(dim=-1)
             else:
                 logp = processed_logprobs(logits, params.temperature, params.top_p)
-                tok = torch.multinomial(logp.exp().cpu(), 1, generator=gen).squeeze(1).to(dev)
+                if us is not None:
+                    tok = pick_tokens(logits, us[:, t], params.temperature, params.top_p).to(dev)
+                else:
+                    tok = torch.multinomial(logp.exp().cpu(), 1, generator=gen).squeeze(1).to(dev)
             tok = torch.where(done, torch.full_like(tok, pad), tok)
             tokens.append(tok)
             lps.append(logp.gather(1, tok[:, None]).squeeze(1))

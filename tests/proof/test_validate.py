@@ -417,6 +417,10 @@ def test_check_stats_keep_the_keys_calibration_and_the_benchmark_read() -> None:
         "logprob_err_max": 0.3,
         "distribution_logp_min": -3.0,
         "distribution_batch_logp": 0.0,
+        "fingerprint_err_quantile": 0.0,
+        "sampling_tokens": 0.0,
+        "sampling_misses": 0.0,
+        "sampling_dist_max": 0.0,
         "rollouts_picked": 0.0,
         "rollouts_recomputed": 2.0,
     }

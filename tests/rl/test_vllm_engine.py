@@ -142,5 +142,5 @@ def test_engine_choice_names_why_vllm_cannot_run_a_model(vdir: Path, tmp_path: P
     small = build_random_model_dir(tmp_path / "tiny", "qwen3", shape=TINY)  # head size 8
     with pytest.raises(EngineChoiceError, match="head size 8"):
         choose_engine("vllm", "cpu", small)
-    with pytest.raises(EngineChoiceError, match="config.json"):
+    with pytest.raises(EngineChoiceError, match=r"config\.json"):
         choose_engine("vllm", "cpu", tmp_path)

@@ -1,0 +1,101 @@
+"""Verifiable sampling: the sampler's randomness is public, so a miner cannot re-draw a batch or pick
+among samples, and a validator can recompute which token each position had to take.
+
+For sample ``j`` of the miner's prompt ``i`` at a version, the *sample key* is
+``SHA-256("p2prl/sample/v1" ‖ manifest hash (32 bytes) ‖ miner key (32 bytes) ‖ i (u64 BE) ‖ j (u32 BE))``
+and the uniform of completion position ``t`` is the first 8 bytes of ``SHA-256(key ‖ t (u32 BE))`` read
+big-endian, shifted right by 11 bits, over 2⁵³: a float64 in [0, 1). Everything in it is fixed before the
+miner generates (the manifest hash exists only once the trainer publishes the version), so the batch a
+miner announces is a function of the weights alone.
+
+The token is the inverse CDF of ``u`` over the processed distribution: float64 softmax of the logits
+over the temperature, top-p applied (the smallest set of likeliest tokens whose mass reaches ``top_p``,
+ties broken by lower id, renormalised), tokens in id order: the smallest id whose cumulative mass
+exceeds ``u`` times the total. Temperature 0 is greedy (the lowest id of the largest logit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+
+SAMPLE_DOMAIN = b"p2prl/sample/v1"
+
+
+def sample_key(manifest_hash: str, miner_key: bytes, prompt_index: int, sample_index: int) -> bytes:
+    """The 32-byte key of one sample's uniforms (see the module docstring)."""
+    if not 0 <= prompt_index < 2**64 or not 0 <= sample_index < 2**32:
+        raise ValueError("prompt index must fit in u64 and sample index in u32")
+    h = hashlib.sha256(SAMPLE_DOMAIN)
+    h.update(bytes.fromhex(manifest_hash))
+    h.update(bytes(miner_key))
+    h.update(prompt_index.to_bytes(8, "big") + sample_index.to_bytes(4, "big"))
+    return h.digest()
+
+
+def uniforms(key: bytes, n: int) -> np.ndarray:
+    """``u_t`` for positions ``t = 0 .. n-1`` of the sample keyed ``key``: float64 in [0, 1)."""
+    out = np.empty(n, dtype=np.float64)
+    for t in range(n):
+        word = int.from_bytes(hashlib.sha256(key + t.to_bytes(4, "big")).digest()[:8], "big")
+        out[t] = (word >> 11) * 2.0**-53
+    return out
+
+
+def processed_probs(logits: Any, temperature: float, top_p: float) -> Any:
+    """float64 probabilities ``[B, V]`` of the distribution sampled from: softmax(logits / T), top-p
+    kept set (likeliest first, ties by lower id) renormalised. ``temperature`` must be > 0."""
+    import torch
+
+    z = logits.double() / temperature
+    p = torch.softmax(z, dim=-1)
+    if top_p < 1.0:
+        # stable sort of -p keeps lower ids first among equal probabilities
+        order = torch.sort(-p, dim=-1, stable=True).indices
+        sp = p.gather(-1, order)
+        drop_sorted = (sp.cumsum(-1) - sp) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        p = p.masked_fill(drop, 0.0)
+        p = p / p.sum(-1, keepdim=True)
+    return p
+
+
+def pick_tokens(logits: Any, u: Any, temperature: float, top_p: float) -> Any:
+    """Token ids ``[B]`` (long): the inverse CDF of ``u`` ``[B]`` over each row's processed distribution
+    (temperature 0: greedy). Runs on the logits' device; ``u`` may be a numpy array or tensor."""
+    import torch
+
+    if temperature == 0:
+        return logits.float().argmax(dim=-1)
+    p = processed_probs(logits, temperature, top_p)
+    cdf = p.cumsum(-1)
+    uu = torch.as_tensor(u, dtype=torch.float64, device=cdf.device).reshape(-1, 1)
+    x = uu * cdf[:, -1:]
+    tok = torch.searchsorted(cdf, x, right=True).squeeze(1)
+    # u * total rounds up to the total at worst: the last token with mass then
+    last = (p > 0).cumsum(-1).argmax(-1)
+    return torch.minimum(tok, last)
+
+
+def token_intervals(logits: Any, tokens: Any, temperature: float, top_p: float) -> tuple[Any, Any]:
+    """Per row, the interval ``[lo, hi)`` of ``u`` that makes the inverse CDF pick ``tokens[row]``
+    (float64 numpy arrays, in [0, 1]); greedy: [0, 1) for the argmax, empty otherwise."""
+    import torch
+
+    tgt = torch.as_tensor(tokens, dtype=torch.long, device=logits.device).reshape(-1, 1)
+    if temperature == 0:
+        hit = (logits.float().argmax(-1, keepdim=True) == tgt).squeeze(1).double()
+        return np.zeros(len(hit)), hit.cpu().numpy()
+    p = processed_probs(logits, temperature, top_p)
+    cdf = p.cumsum(-1)
+    total = cdf[:, -1:]
+    hi = cdf.gather(1, tgt) / total
+    lo = hi - p.gather(1, tgt) / total
+    return lo.squeeze(1).clamp(min=0.0).cpu().numpy(), hi.squeeze(1).cpu().numpy()
+
+
+def interval_distance(lo: np.ndarray, hi: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """How far each ``u`` lies outside its token's interval ``[lo, hi)``: 0 inside."""
+    return np.maximum(0.0, np.maximum(lo - u, u - hi))
