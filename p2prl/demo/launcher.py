@@ -260,6 +260,8 @@ def summarize(
                 "engine": s.get("engine", ""),
                 # vLLM: the hash of the weights read back out of the engine (--vllm-check-weights)
                 "engine_weights_hash": s.get("engine_weights_hash", ""),
+                "engine_weights_checked": int(s.get("counters", {}).get("engine_weights_checked", 0)),
+                "engine_weights_mismatch": int(s.get("counters", {}).get("engine_weights_mismatch", 0)),
                 "rollouts_produced": int(s.get("counters", {}).get("rollouts_produced", 0)),
                 "groups_accepted": int(s.get("counters", {}).get("groups_accepted", 0)),
                 "groups_rejected": int(s.get("counters", {}).get("groups_rejected", 0)),

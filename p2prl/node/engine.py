@@ -97,5 +97,11 @@ def open_engine(ctx: NodeContext, role: str, model: Any, tok: Any, live: Any) ->
         kw["load_format"] = "dummy"  # the first switch writes every tensor
     inner = open_vllm(Path(path), tok, device, **kw)
     log.info("engine vllm on %s (%s)", device, path)
-    on_hash = (lambda h: ctx.status.set(engine_weights_hash=h)) if cfg.vllm_check_weights else None
-    return VLLMMinerEngine(inner, model, live, on_hash)
+    def on_hash(h: str) -> None:
+        ctx.status.set(engine_weights_hash=h)
+        ctx.status.incr("engine_weights_checked")
+        if live is not None and live.hash and h != live.hash:
+            ctx.status.incr("engine_weights_mismatch")
+            log.error("vLLM holds weights %s, the version is %s", h[:12], live.hash[:12])
+
+    return VLLMMinerEngine(inner, model, live, on_hash if cfg.vllm_check_weights else None)

@@ -30,6 +30,7 @@ import hashlib
 import os
 import threading
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -130,8 +131,12 @@ class VLLMEngine:
         self.tokenizer = tokenizer
         self.model_dir = Path(model_dir)
         self._lock = threading.Lock()
+        # Every call into vLLM runs on this one thread: its CPU backend binds its OpenMP threads in
+        # the thread that built it, and its attention kernels refuse a caller with another count.
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="vllm-engine")
         kw: dict[str, Any] = {} if cpu else {"gpu_memory_utilization": gpu_memory_utilization}
-        self.llm = LLM(
+        self.llm = self._call(
+            LLM,
             model=str(model_dir),
             dtype="bfloat16",
             skip_tokenizer_init=True,
@@ -146,6 +151,9 @@ class VLLMEngine:
         )
         self.model = self.llm
         self._packed: dict[str, list[str]] | None = None
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._thread.submit(fn, *args, **kwargs).result()
 
     # -- generation ------------------------------------------------------------------------
     def generate(
@@ -191,7 +199,7 @@ class VLLMEngine:
                     )
                 )
         with self._lock:
-            outs = self.llm.generate(reqs, sps, use_tqdm=False)
+            outs = self._call(self.llm.generate, reqs, sps, use_tqdm=False)
         flat: list[Sample] = []
         for req, out in zip(reqs, outs, strict=True):
             c = out.outputs[0]
@@ -208,7 +216,7 @@ class VLLMEngine:
         if not items:
             return 0
         with self._lock:
-            self.llm.collective_rpc(_load_weights_rpc, args=(items,))
+            self._call(self.llm.collective_rpc, _load_weights_rpc, args=(items,))
         return len(items)
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
@@ -218,9 +226,9 @@ class VLLMEngine:
         """The engine's weights under the Hugging Face names and shapes of ``like`` (its fused
         parameters split back into their shards; one worker, no tensor parallelism)."""
         if self._packed is None:
-            self._packed = self.llm.collective_rpc(_packed_mapping_rpc)[0]
+            self._packed = self._call(self.llm.collective_rpc, _packed_mapping_rpc)[0]
         with self._lock:
-            params = self.llm.collective_rpc(_read_params_rpc, args=(None,))[0]
+            params = self._call(self.llm.collective_rpc, _read_params_rpc, args=(None,))[0]
         out: dict[str, Tensor] = {}
         for name, ref in like.items():
             if name in params:
