@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import threading
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +134,11 @@ class VLLMEngine:
         self._lock = threading.Lock()
         # Every call into vLLM runs on this one thread: its CPU backend binds its OpenMP threads in
         # the thread that built it, and its attention kernels refuse a caller with another count.
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="vllm-engine")
+        self._calls: queue.SimpleQueue[tuple[Any, tuple[Any, ...], dict[str, Any], Future[Any]]] = (
+            queue.SimpleQueue()
+        )
+        # a daemon: a node stopping mid-generation exits without waiting on it
+        threading.Thread(target=self._serve, name="vllm-engine", daemon=True).start()
         kw: dict[str, Any] = {} if cpu else {"gpu_memory_utilization": gpu_memory_utilization}
         self.llm = self._call(
             LLM,
@@ -152,8 +157,18 @@ class VLLMEngine:
         self.model = self.llm
         self._packed: dict[str, list[str]] | None = None
 
+    def _serve(self) -> None:
+        while True:
+            fn, args, kwargs, fut = self._calls.get()
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as e:
+                fut.set_exception(e)
+
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._thread.submit(fn, *args, **kwargs).result()
+        fut: Future[Any] = Future()
+        self._calls.put((fn, args, kwargs, fut))
+        return fut.result()
 
     # -- generation ------------------------------------------------------------------------
     def generate(
