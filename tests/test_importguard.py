@@ -3,6 +3,7 @@ transformers: they are treated as absent, in this process and in its children.""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,7 +19,9 @@ Qwen3Config()
 from p2prl.importguard import BLOCKED
 child = subprocess.run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('torchvision'))"],
                        capture_output=True, text=True).stdout.strip()
-print(sorted(BLOCKED), importlib.util.find_spec("torchvision"), importlib.util.find_spec("torchcodec"), child)
+import json
+print(json.dumps([sorted(BLOCKED), str(importlib.util.find_spec("torchvision")),
+                  str(importlib.util.find_spec("torchcodec")), child]))
 """
 
 
@@ -33,14 +36,19 @@ def test_broken_media_builds_are_treated_as_absent(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["['torchcodec',", "'torchvision']", "None", "None", "None"], out.stdout
+    blocked, vision, codec, child = json.loads(out.stdout)
+    assert {"torchcodec", "torchvision"} <= set(blocked)  # (a real broken torchaudio may join them)
+    assert vision == codec == child == "None", out.stdout
 
 
 def test_a_media_package_that_loads_is_left_alone(tmp_path: Path) -> None:
     (tmp_path / "torchcodec").mkdir()
     (tmp_path / "torchcodec" / "__init__.py").write_text("OK = True\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    code = "import p2prl, transformers, torchcodec; from p2prl.importguard import BLOCKED; print(torchcodec.OK, BLOCKED)"
+    code = (
+        "import p2prl, transformers, torchcodec; from p2prl.importguard import BLOCKED; "
+        "print(torchcodec.OK, 'torchcodec' in BLOCKED)"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["True", "{}"]
+    assert out.stdout.split() == ["True", "False"]
