@@ -144,3 +144,19 @@ def test_engine_choice_names_why_vllm_cannot_run_a_model(vdir: Path, tmp_path: P
         choose_engine("vllm", "cpu", small)
     with pytest.raises(EngineChoiceError, match=r"config\.json"):
         choose_engine("vllm", "cpu", tmp_path)
+
+
+def test_auto_falls_back_to_hf_with_the_reason(tmp_path: Path) -> None:
+    """``auto`` on a CUDA device takes vLLM only for a model it runs; otherwise hf, saying why."""
+    import json
+
+    from p2prl.rl import EngineChoiceError, choose_engine
+
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["NoSuchForCausalLM"]}))
+    if _vllm_missing():
+        assert choose_engine("auto", "cuda", tmp_path).name == "hf"  # not installed: hf, nothing to say
+        return
+    c = choose_engine("auto", "cuda", tmp_path)
+    assert c.name == "hf" and "NoSuchForCausalLM" in c.notice
+    with pytest.raises(EngineChoiceError, match="NoSuchForCausalLM"):
+        choose_engine("vllm", "cuda", tmp_path)
