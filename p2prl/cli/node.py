@@ -251,6 +251,17 @@ def demo(
     """
     from p2prl.demo import DemoOptions, run_demo, run_demo_testbed
 
+    if engine == "vllm":  # say why at once, not from every miner's log
+        from p2prl.rl import vllm_unsupported
+
+        why = (
+            vllm_unsupported(model, "cuda" if device.startswith("cuda") else "cpu")
+            if model is not None
+            else "the built-in model's heads of 16 are smaller than vLLM's attention takes: pass --model DIR"
+        )
+        if why:
+            typer.echo(f"error: engine vllm: {why}", err=True)
+            raise typer.Exit(2)
     opts = DemoOptions(
         duration=duration,
         summary_json=summary_json,
