@@ -173,11 +173,10 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
             if not opts.device.startswith("cuda"):
                 args += ["--vllm-eager"]  # on a CPU compiling buys nothing but a slower start
     device = opts.validator_device or opts.device if role == "validator" else opts.device
-    if role == "validator" and device == opts.device and opts.engine != "vllm":
+    if role == "validator" and device == opts.device:
         # every node runs the same engine: tolerances fit to it. A validator on another device keeps
         # the cross-engine defaults: calibrated to its own zero drift, it rejected one honest batch of
-        # CUDA miners in six demos (their fingerprints reach 0.005 of the 0.008 floor as training runs).
-        # vLLM miners are another engine too: their logprobs carry vLLM's kernels' drift
+        # CUDA miners in six demos (their fingerprints reach 0.005 of the 0.008 floor as training runs)
         args += ["--calibrate-tolerances"]
     args += ["--device", device] + (["--model", str(opts.model)] if opts.model else [])
     args += list(opts.node_args)
