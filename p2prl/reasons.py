@@ -84,6 +84,9 @@ class VerdictReason(StrEnum):
     INDEX_GAP = "index_gap"  # the batch does not start at the miner's next prompt index for the version
     DISTRIBUTION = "distribution"  # one rollout's tokens are unlikely: the group is dropped, no penalty
     NOT_CHECKED = "not_checked"  # another group of the same batch failed hard
+    # the batch could not be fetched from anyone: the miner is unreachable from this validator (on one
+    # machine or a LAN, every node needs --local-network) or went away before it was fetched
+    UNREACHABLE = "unreachable"
     # the miner signed something wrong (hard)
     BATCH_MALFORMED = "batch_malformed"
     BATCH_OVERSIZED = "batch_oversized"

@@ -20,7 +20,7 @@ WIRE = {
     GossipDrop: "banned rate_limited not_ours wrong_topic internal queue_full publish_queue_full",
     BanReason: "invalid_gossip bad_chunk",
     VerdictReason: "ok blob_mismatch stale future_version unknown_version manifest_mismatch index_gap "
-    "distribution not_checked batch_malformed batch_oversized batch_vocab header_mismatch group_count "
+    "distribution not_checked unreachable batch_malformed batch_oversized batch_vocab header_mismatch group_count "
     "commitment_mismatch duplicate_index index_order group_size length prompt_mismatch reward duplicate "
     "copied fingerprint logprob distribution_batch",
     NodeDrop: "duplicate_announcement known_unfetchable signer_quota validator_queue_full "
@@ -49,7 +49,7 @@ SETS = {
     "soft": (
         SOFT_FAILURES,
         "blob_mismatch stale future_version unknown_version manifest_mismatch index_gap distribution "
-        "not_checked",
+        "not_checked unreachable",
     ),
     "strike": (
         STRIKE_REASONS,

@@ -8,6 +8,13 @@ the per-peer gossip limit signed by a pool of fresh keys: half name blobs nobody
 the latest honest announcement they have seen. A batch counts as judged when
 the trainer has released it for training on the validator's verdict; latency is from announcement to
 that moment.
+
+``many_keys`` is the many-key case (docs/SECURITY.md §25): a fresh key for every flood announcement,
+each naming a junk blob the validator holds, so every one can be fetched and judged (a hard failure
+each, an entry each in the judged memory, shrunk to ``JUDGED_SHRUNK`` so the flood overflows it
+within seconds), alternating with replays of the honest batches already judged, re-signed by their
+miners as a replay past the gossip guard would arrive. Besides the honest rate it reports the honest
+miners whose score fell to 0 (a replay judged again fails as a duplicate).
 """
 
 from __future__ import annotations
@@ -127,12 +134,45 @@ def _inject(
     counts.append(sent)
 
 
+JUDGED_SHRUNK = 64
+
+
+def _inject_many(
+    a: Arena,
+    rate: float,
+    honest: list[tuple[Identity, RolloutAnnouncement]],
+    stop: threading.Event,
+    counts: list[int],
+) -> None:
+    """The many-key flood, straight to the handlers at ``rate`` per second: a fresh key per junk batch
+    the validator holds, every second item a replay of an honest batch already announced."""
+    from p2prl.bench.arena import delivered
+
+    t0, sent = time.monotonic(), 0
+    while not stop.is_set():
+        if sent % 2 and len(honest) > 1:
+            miner, ann = honest[(sent // 2) % (len(honest) - 1)]  # not the newest: it may be in flight
+            item = delivered(miner, dataclasses.replace(ann, created_ms=ann.created_ms + 1 + sent))
+        else:
+            junk = os.urandom(4096)
+            ref = blob_ref_for(junk, chunk_size=64 * 1024)
+            a.validator.ctx.store.put(junk, expected_id=ref.id)
+            ann = dataclasses.replace(honest[-1][1], blob=ref)
+            item = delivered(Identity.generate(), ann)
+        a.validator.on_announcement(item)
+        a.trainer.intake.on_announcement(item)
+        sent += 1
+        stop.wait(max(0.0, t0 + sent / rate - time.monotonic()))
+    counts.append(sent)
+
+
 def _phase(
     a: Arena,
     batches: list[tuple[Identity, RolloutAnnouncement]],
     seconds: float,
     every: float,
     sent_log: list[RolloutAnnouncement] | None = None,
+    sent_by: list[tuple[Identity, RolloutAnnouncement]] | None = None,
 ) -> dict[str, Any]:
     """Announce ``batches`` every ``every`` s for ``seconds``; judged per minute and latencies."""
     t, host = a.trainer, a.miner_ctx
@@ -148,6 +188,8 @@ def _phase(
         sent[key] = time.monotonic()
         if sent_log is not None:
             sent_log.append(ann)
+        if sent_by is not None:
+            sent_by.append((miner, ann))
         i += 1
         nxt = t0 + i * every
         while time.monotonic() < nxt:
@@ -179,10 +221,12 @@ class FloodSpec:
     attackers: int = 2  # attacker processes, each at 90% of the per-peer gossip limit
     keys: int = 500  # signing keys per attacker
     inject: bool = False  # deliver the flood straight to the roles' handlers instead of by gossip
+    many_keys: bool = False  # the many-key case (judged junk from fresh keys, honest replays); injected
 
 
 def run(model_cache: Path, spec: FloodSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
-    seconds, every, miners, attackers, keys, inject = dataclasses.astuple(spec)
+    seconds, every, miners, attackers, keys, inject, many_keys = dataclasses.astuple(spec)
+    inject = inject or many_keys
     rate = 0.9 * Limits().peer_msgs_per_s
     n = int(seconds / every) + 2
     with tempfile.TemporaryDirectory(prefix="p2prl-flood-") as tmp:
@@ -210,8 +254,18 @@ def run(model_cache: Path, spec: FloodSpec, log: Callable[[str], None] = print) 
             ]
             latest = [flooded[0][1]]
             stop, counts = threading.Event(), []
+            judged_cap = a.validator.jq.judged.capacity
+            by: list[tuple[Identity, RolloutAnnouncement]] = []
+            flood: tuple[Callable[..., None], tuple[Any, ...]] = (
+                _inject,
+                (a, rate, keys, latest, stop, counts),
+            )
+            if many_keys:
+                a.validator.jq.judged.capacity = JUDGED_SHRUNK
+                by += [*warm, *plain]  # judged already: the replays' targets
+                flood = (_inject_many, (a, rate, by, stop, counts))
             threads = [
-                threading.Thread(target=_inject, args=(a, rate, keys, latest, stop, counts), daemon=True)
+                threading.Thread(target=flood[0], args=flood[1], daemon=True)
                 for _ in range(attackers if inject else 0)
             ]
             for p in procs:
@@ -219,10 +273,15 @@ def run(model_cache: Path, spec: FloodSpec, log: Callable[[str], None] = print) 
             for th in threads:
                 th.start()
             how = "straight to the handlers" if inject else "attacker processes, by gossip"
-            log(f"phase 2: {attackers} flooders ({how}) at {rate:.0f} msg/s each from {keys} keys each")
+            who = (
+                "a fresh key per message, judged junk and honest replays"
+                if many_keys
+                else f"{keys} keys each"
+            )
+            log(f"phase 2: {attackers} flooders ({how}) at {rate:.0f} msg/s each from {who}")
             time.sleep(2.0 if inject else 6.0)  # the attackers start, connect and reach their rate
             seen0 = {n: c.net.stats().get("gossip_in", 0) for n, c in roles.items()}
-            under = _phase(a, flooded, seconds, every, sent_log=latest)
+            under = _phase(a, flooded, seconds, every, sent_log=latest, sent_by=by if many_keys else None)
             delivered = {
                 n: (c.net.stats().get("gossip_in", 0) - seen0[n]) / seconds for n, c in roles.items()
             }
@@ -236,6 +295,10 @@ def run(model_cache: Path, spec: FloodSpec, log: Callable[[str], None] = print) 
             vlab = a.validator.ctx.status.snapshot()["labelled"].get("dropped", {})
             tlab = a.trainer.ctx.status.snapshot()["labelled"].get("dropped", {})
             checked = a.validator.ctx.status.counter("batches_checked")
+            v = a.validator
+            zeroed = sum(1 for m in honest if v.scores.scores(v.current.version).get(m.public_hex, 0) == 0)
+            forgotten = v.jq.judged.forgotten
+            v.jq.judged.capacity = judged_cap
         finally:
             a.close()
     ratio = under["per_minute"] / base["per_minute"] if base["per_minute"] else 0.0
@@ -246,6 +309,9 @@ def run(model_cache: Path, spec: FloodSpec, log: Callable[[str], None] = print) 
         "attackers": attackers,
         "keys_per_attacker": keys,
         "inject": inject,
+        "many_keys": many_keys,
+        "honest_miners_zeroed": zeroed,
+        "judged_forgotten": forgotten,
         "injected": sum(counts),
         "flood_msgs_per_s": rate * attackers,  # offered; gossip_in_per_s_under_flood: what arrived
         "no_flood": base,

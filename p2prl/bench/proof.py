@@ -38,7 +38,14 @@ CASES = (
     "stale_k16",
 )
 STALE_KS = (1, 2, 4, 8, 16)
-TOLERANCES = ("fingerprint_tol", "fingerprint_tol_rollout", "logprob_tol_mean", "logprob_tol_max")
+TOLERANCES = (
+    "fingerprint_tol",
+    "fingerprint_tol_rollout",
+    "logprob_tol_mean",
+    "logprob_tol_max",
+    "sampling_margin",
+    "sampling_miss_rate",
+)
 GROUP_SIZE = 8
 MINER_A = bytes(range(32))
 MINER_B = bytes(range(32, 64))
@@ -486,7 +493,13 @@ def honest_acceptance(
             for th in threads:
                 v = RolloutValidator.for_model(val_model, setup.tokenizer, setup.task, 5, mh, config=cfg)
                 row = {"batch_size": bs, "threads": th, "n": 0, "accepted": 0, "reasons": {}}
-                worst = {"fingerprint_err_max": 0.0, "fingerprint_err_group_max": 0.0, "logprob_err_max": 0.0}
+                worst = {
+                    "fingerprint_err_max": 0.0,
+                    "fingerprint_err_quantile": 0.0,
+                    "logprob_err_max": 0.0,
+                    "sampling_misses": 0,
+                    "sampling_dist_max": 0.0,
+                }
                 t0, b = time.perf_counter(), 0
                 while row["n"] < n_rollouts:
                     idx = list(range(8 * b, 8 * b + 8))

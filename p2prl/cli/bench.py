@@ -1,4 +1,4 @@
-"""``p2prl bench patch|patch-cli|fanout|proof|honest|flood|trainer|swarm-sim|memory|scale|engine-update``: the benchmarks whose
+"""``p2prl bench patch|patch-cli|fanout|proof|cheats|honest|flood|trainer|swarm-sim|memory|scale|engine-update``: the benchmarks whose
 figures are quoted in docs/BENCHMARKS.md.
 
 Each command prints what one benchmark of :mod:`p2prl.bench` measures (``--json`` for the record);
@@ -180,6 +180,29 @@ def bench_proof(
     )
 
 
+def bench_cheats(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    rollouts: int = typer.Option(256, "--rollouts", min=128, help="Rollouts per case (batches of 128)."),
+    train_steps: int = typer.Option(8, "--train-steps", min=8, help="GRPO-shaped steps before the cases."),
+    cache_dir: Path = typer.Option(_CACHE, "--cache-dir", help="Where the default model is built (env P2PRL_CACHE)."),
+) -> None:
+    """Each cheat (cheaper or older weights, sharpened samplers, re-drawn batches) against a validator at node defaults."""
+    from p2prl.bench.cheats import run
+
+    def log(msg: str) -> None:
+        if not as_json:
+            typer.echo(msg)
+
+    result = run(cache_dir, rollouts, train_steps, log=log)
+    if as_json:
+        typer.echo(json.dumps(result, sort_keys=True, default=float))
+        return
+    typer.echo(f"\n{'case':18s} {'accepted/n':>12s}")
+    for c in result["cases"]:
+        typer.echo(f"{c['case']:18s} {c['accepted']:>5d}/{c['n']:<6d}")
+    typer.echo(f"verify time / generation: {result['verify_fraction']:.1%}")
+
+
 def bench_honest(
     rollouts: int = typer.Option(1700, "--rollouts", min=8, help="Honest rollouts per setting and model."),
     models: str = typer.Option("tiny", "--models", help="Comma list of: tiny (default model), big (~24M)."),
@@ -227,6 +250,11 @@ def bench_flood(
         "--inject",
         help="Deliver the flood straight to the roles' handlers (full rate) instead of by gossip.",
     ),
+    many_keys: bool = typer.Option(
+        False,
+        "--many-keys",
+        help="The many-key case: a fresh key per judged junk batch, and replays of honest batches (injected).",
+    ),
     cache_dir: Path = typer.Option(
         _CACHE,
         "--cache-dir",
@@ -240,7 +268,7 @@ def bench_flood(
         if not as_json:
             typer.echo(msg)
 
-    r = run(cache_dir, FloodSpec(seconds, every, miners, attackers, keys, inject), log=log)
+    r = run(cache_dir, FloodSpec(seconds, every, miners, attackers, keys, inject, many_keys), log=log)
     if as_json:
         typer.echo(json.dumps(r, sort_keys=True))
         return
@@ -256,6 +284,10 @@ def bench_flood(
     if r["inject"]:
         typer.echo(f"injected into the handlers: {r['injected']} announcements")
     typer.echo(f"honest rate under flood: {r['ratio']:.0%} of unflooded")
+    if r["many_keys"]:
+        typer.echo(
+            f"honest miners zeroed: {r['honest_miners_zeroed']}; judged pairs forgotten: {r['judged_forgotten']}"
+        )
     typer.echo(
         f"validator: {r['validator_batches_checked']} batches judged, dropped {r['validator_dropped']}"
     )
@@ -405,6 +437,7 @@ app.command("patch-cli")(bench_patch_cli)
 app.command("fanout")(bench_fanout)
 app.command("proof")(bench_proof)
 app.command("honest")(bench_honest)
+app.command("cheats")(bench_cheats)
 app.command("flood")(bench_flood)
 app.command("trainer")(bench_trainer)
 app.command("swarm-sim")(bench_swarm_sim)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 import typer
 
 from p2prl import __version__
 from p2prl.cli import bench, keys, net, node, patch, rl, testbed
+from p2prl.cli.noise import quiet_dependencies
 from p2prl.cli.status import status
 
 app = typer.Typer(
@@ -17,6 +19,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # plain help: the boxed layout truncated option names, showed `<bool>` on flags and took ~300
+    # lines at 80 columns for `node` (a flag column as wide as its longest --x/--no-x pair)
+    rich_markup_mode=None,
 )
 app.add_typer(keys.app, name="keys")
 app.add_typer(patch.app, name="patch")
@@ -47,7 +52,25 @@ def _root(
     ),
 ) -> None:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        quiet_dependencies()
+
+
+def os_error_line(e: OSError) -> str:
+    """One line for a file or port the user named (read-only directory, port in use, ...)."""
+    what = f"{e.strerror or e}".lower() if e.strerror else str(e)
+    if e.filename is not None:
+        return f"{e.filename}: {what}"
+    return what
 
 
 def main() -> None:
-    app()
+    """Run the command; an OSError that reaches here (the user's files, ports) prints one line, not a
+    traceback (``--log-level DEBUG`` shows the traceback)."""
+    try:
+        app()
+    except OSError as e:
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            raise
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
+        raise SystemExit(1) from None

@@ -41,10 +41,9 @@ def peers(
         node = P2PNode(_identity(key), network, BlobStore(tmp), NetConfig())
         with node:
             for addr in connect:
-                try:
-                    node.connect(addr)
-                except Exception as e:
-                    errors[addr] = repr(e)
+                problem = node.dial_problem(addr)  # what is wrong, not libp2p's exception
+                if problem is not None:
+                    errors[addr] = problem
             time.sleep(wait)
             seen = node.peers()
     info = {

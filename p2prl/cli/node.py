@@ -25,10 +25,9 @@ network_app = typer.Typer(help="Create and inspect a network's genesis document.
 def _option_for(f: Any) -> tuple[Any, Any]:
     """(annotation, typer.Option) for a NodeConfig field; every default is None = 'not given'."""
     flag = "--" + f.name.replace("_", "-")
-    env_note = f" (env {ENV_PREFIX}{f.name.upper()})"
     default = NodeConfig()
     value = getattr(default, f.name)
-    help_text = f.metadata.get("help", "") + env_note
+    help_text = f.metadata.get("help", "")  # the environment names are said once, in the command's help
     if f.name in ("network", "key_file", "model_cache", "model"):
         return Path | None, typer.Option(None, flag, help=help_text, show_default=False)
     if isinstance(value, bool):
@@ -51,7 +50,9 @@ def _option_for(f: Any) -> tuple[Any, Any]:
 def node(config: Path | None = None, **flags: Any) -> None:
     """Run one node (trainer, miner or validator) until SIGINT/SIGTERM.
 
-    Settings come from defaults, then --config TOML, then P2PRL_* environment variables, then flags.
+    Settings come from defaults, then --config TOML, then environment variables, then flags. Every
+    flag is also an environment variable, P2PRL_ and its name (--data-dir: P2PRL_DATA_DIR), and a
+    key of the TOML file (data_dir). docs/NODE.md explains each.
     """
     run_configured(config, flags)
 
@@ -115,7 +116,7 @@ def network_init(
 
     Every check (model directory, tokenizer, task, prompt format) runs before anything is written.
     """
-    from p2prl.node import NetworkSpec, init_network
+    from p2prl.node import NetworkSpec, init_network, spec_warnings
     from p2prl.rl import ModelDirError
 
     try:
@@ -126,6 +127,8 @@ def network_init(
         raise typer.Exit(1) from e
     m = sg.genesis.model
     typer.echo(f"wrote {out}\nnetwork {sg.network_id}\ntrainer {sg.genesis.trainer}")
+    for w in spec_warnings(spec):
+        typer.echo(f"warning: {w}", err=True)
     typer.echo(
         f"model {m.name} ({m.architecture}, {m.parameters:,} parameters, weights {m.weights_hash[:16]}…)"
     )
@@ -211,6 +214,14 @@ def demo(
     summary_json: Path | None = typer.Option(
         None, "--summary-json", help="Write the run's summary here (versions, hashes, rollouts, reward)."
     ),
+    reward_csv: Path | None = typer.Option(
+        None,
+        "--reward-csv",
+        help="Write the reward, rollouts and acceptance per version here (CSV; with --duration).",
+    ),
+    reward_png: Path | None = typer.Option(
+        None, "--reward-png", help="Plot the reward and acceptance per version here (PNG; with --duration)."
+    ),
     dishonest_miner: bool = typer.Option(
         False, "--dishonest-miner", help="Run one miner with perturbed weights (it must be rejected)."
     ),
@@ -247,8 +258,10 @@ def demo(
     """Start a whole network on 127.0.0.1 (local S3, trainer, validator, miners) on the default tiny
     model or the --model directory.
 
-    With --duration it runs headless and prints a summary; otherwise it shows the dashboard until Ctrl-C.
+    With --duration it runs headless and prints a summary ending in a one-line verdict; otherwise it
+    shows the dashboard until Ctrl-C.
     """
+    from p2prl.dashboard import run_report, write_chart, write_csv
     from p2prl.demo import DemoOptions, run_demo, run_demo_testbed
 
     if engine == "vllm":  # say why at once, not from every miner's log
@@ -284,7 +297,15 @@ def demo(
     else:
         summary = run_demo(opts)
     if summary is not None:
-        typer.echo(json.dumps(summary, indent=1))
+        files = [p for p in (summary_json, reward_csv, reward_png) if p is not None]
+        if not summary.get("error"):
+            if reward_csv is not None:
+                write_csv(summary.get("by_version", []), reward_csv)
+            if reward_png is not None:
+                write_chart(summary.get("by_version", []), reward_png)
+        typer.echo("\n".join(run_report(summary)))
+        if files:
+            typer.echo("wrote " + ", ".join(map(str, files)))
         if summary.get("error"):
             raise typer.Exit(1)
 

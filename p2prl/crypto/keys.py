@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ SEED_BYTES = 32
 PUBLIC_KEY_BYTES = 32
 SIGNATURE_BYTES = 64
 KEY_FILE_FORMAT = "p2prl-ed25519-seed-v1"
+_SEED_HEX = re.compile(r"[0-9a-f]{64}")  # the one spelling: bytes.fromhex would take "AB", " ab", "a b"
 
 
 class KeyFileError(Exception):
@@ -94,8 +96,10 @@ def load_identity(path: str | Path) -> Identity:
         data = json.loads(path.read_text())
         if data.get("format") != KEY_FILE_FORMAT:
             raise KeyFileError(f"{path}: unknown key file format {data.get('format')!r}")
-        seed = bytes.fromhex(data["seed"])
-        identity = Identity(seed)
+        seed_hex = data["seed"]
+        if not isinstance(seed_hex, str) or _SEED_HEX.fullmatch(seed_hex) is None:
+            raise KeyFileError(f"{path}: seed must be 64 lowercase hex characters")
+        identity = Identity(bytes.fromhex(seed_hex))
     except KeyFileError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError) as e:

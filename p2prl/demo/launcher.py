@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from p2prl.crypto import load_or_create_identity
-from p2prl.dashboard import fetch_status, mean_reward, reward_ends, reward_series, run_dashboard
+from p2prl.dashboard import (
+    fetch_status,
+    mean_reward,
+    per_version,
+    reward_ends,
+    reward_series,
+    run_dashboard,
+)
 from p2prl.demo.supervisor import Supervisor, s3_missing
 from p2prl.net import free_port, peer_id_for
 from p2prl.node import NetworkSpec, describe_model, genesis_from_spec, write_genesis
@@ -131,6 +138,7 @@ def prepare(opts: DemoOptions, root: Path, s3_endpoint: str) -> dict[str, Any]:
     plan["genesis"] = genesis_path
     plan["model_cache"] = model_cache
     plan["keys"] = {n: i.public_hex for n, i in ids.items()}
+    plan["dishonest"] = ["miner2"] if opts.dishonest_miner else []
     return plan
 
 
@@ -225,6 +233,9 @@ def progress_line(elapsed: float, statuses: dict[str, dict[str, Any] | None], na
     miners = [statuses.get(n) for n in names if n.startswith("miner")]
     versions = ",".join(str(m.get("version", "?")) if m else "?" for m in miners)
     in_sync = sum(1 for m in miners if m and int(m.get("version", -1)) == tv)
+    # one version behind is the normal state while a new patch spreads: say so rather than "0/2"
+    near = sum(1 for m in miners if m and 0 < tv - int(m.get("version", -1)) <= 1)
+    sync = f"{in_sync}/{len(miners)} in sync" + (f", {near} one version behind" if near else "")
     c = (statuses.get("validator") or {}).get("counters", {})
     series = reward_series([trainer]) if trainer else []
     recent = mean_reward(series[-3:])
@@ -232,9 +243,27 @@ def progress_line(elapsed: float, statuses: dict[str, dict[str, Any] | None], na
     published = int(trainer.get("counters", {}).get("versions_published", 0))
     return (
         f"[{elapsed:5.0f} s] trainer v{tv} ({published} published) | miners v{versions}, "
-        f"{in_sync}/{len(miners)} in sync | groups accepted {int(c.get('groups_accepted', 0))} "
+        f"{sync} | groups accepted {int(c.get('groups_accepted', 0))} "
         f"rejected {int(c.get('groups_rejected', 0))} | reward {reward}"
     )
+
+
+def honest_check(miners: list[dict[str, Any]], rejections: dict[str, int]) -> dict[str, Any]:
+    """An honest network rejects nothing but stale rollouts and scores every honest miner above 0
+    (with a dishonest miner in the run, its rejections are expected and not judged here)."""
+    honest = [m for m in miners if m.get("honest", True)]
+    zero = [m["name"] for m in honest if int(m.get("score", 0)) <= 0]
+    if len(honest) == len(miners):
+        other = {k: v for k, v in rejections.items() if k != "stale"}
+    else:  # the validator's counters do not say whose: judge honest miners by the verdicts they got
+        other = {
+            f"{m['name']} {k}": v for m in honest for k, v in m.get("rejections", {}).items() if k != "stale"
+        }
+    ok = not zero and not other
+    detail = "honest miners: nothing rejected but stale, every score > 0"
+    if not ok:
+        detail = f"honest miners: rejected {other or 'nothing'}, score 0: {zero or 'none'}"
+    return {"ok": ok, "detail": detail}
 
 
 def summarize(
@@ -265,6 +294,8 @@ def summarize(
                 "groups_accepted": int(s.get("counters", {}).get("groups_accepted", 0)),
                 "groups_rejected": int(s.get("counters", {}).get("groups_rejected", 0)),
                 "score": int(validator.get("scores", {}).get(plan["keys"][n], 0)),
+                "honest": n not in plan.get("dishonest", []),
+                "rejections": dict(s.get("labelled", {}).get("rejected", {})),
                 "bytes_from_peers": int(s.get("gauges", {}).get("net_bytes_down", 0)),
                 "bytes_from_s3": int(s.get("gauges", {}).get("net_bytes_s3", 0)),
             }
@@ -295,12 +326,17 @@ def summarize(
         "trainer_upload_bytes": uploaded,
         "trainer_upload_ratio": round(uploaded / published, 3) if published else 0.0,
         "rejections": validator.get("labelled", {}).get("rejected", {}),
+        "checks": {"honest": honest_check(miners, validator.get("labelled", {}).get("rejected", {}))},
         # the validator's tolerances and the largest errors it measured (rejected batches included)
         "proof": {k[6:]: v for k, v in validator.get("gauges", {}).items() if k.startswith("proof_")},
         "reward_first": reward_first,
         "reward_last": reward_last,
         "reward_by_version": {str(v): round(m, 4) for v, m, _ in series},
         "scores": validator.get("scores", {}),
+        # per version: reward, rollouts trained on / produced / accepted, acceptance (the --reward-csv rows)
+        "by_version": per_version(
+            trainer, validator, [statuses.get(n) for n in names if n.startswith("miner")]
+        ),
     }
 
 
@@ -335,7 +371,8 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
                 "only, without the S3 mirror/fallback. For it: pip install 'moto[s3]>=5.0' flask flask-cors",
                 flush=True,
             )
-        print(f"demo directory {root}; {where}; building the base model if needed…", flush=True)
+        model = f"model {opts.model}" if opts.model is not None else "building the base model if needed"
+        print(f"demo directory {root}; {where}; {model}…", flush=True)
         plan = prepare(opts, root, endpoint)
         for n in names:
             sup.spawn(n, _node_args(opts, root, plan, n, endpoint), env=S3_ENV)

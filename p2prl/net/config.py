@@ -35,8 +35,10 @@ class Limits:
 class RelayBounds:
     """What a relay node (``NetConfig.relay``) carries for others, at most."""
 
-    max_reservations: int = 64  # slots; each is held until its TTL even if the peer left
-    reservation_ttl_s: int = 600
+    max_reservations: int = 64  # slots; freed when their peer disconnects, or at the TTL
+    reservation_ttl_s: int = 120  # holders refresh their slot well within it (relay.REFRESH_S)
+    per_ip: int = 2  # slots held from one IP address
+    per_subnet: int = 4  # slots held from one /24 (IPv4) or /48 (IPv6)
     circuits_per_peer: int = 4  # circuits open at once to one NATed peer
     circuit_bytes: int = 16 * 1024 * 1024  # both directions of one circuit together
     circuit_s: int = 3600

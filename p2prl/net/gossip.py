@@ -24,6 +24,7 @@ from p2prl.protocol import MessageError, decode_message
 from p2prl.reasons import QUIET_DROPS, STRIKE_REASONS, BanReason, GossipDrop, InputReason
 
 log = logging.getLogger(__name__)
+WARN_EVERY_S = 60.0  # a drop reason is logged as a warning at most this often
 
 
 @dataclass(frozen=True)
@@ -75,18 +76,34 @@ class GossipFilter:
         self.buckets = TokenBuckets(limits.peer_msgs_per_s, limits.peer_msg_burst)
         self.strikes: dict[str, int] = {}
         self.banned: set[str] = set()
+        self._warned: dict[str, float] = {}  # reason -> when last logged as a warning (reasons: a fixed set)
+        self._held: dict[str, int] = {}
 
     def drop(self, reason: str, forwarder: str, detail: str = "") -> bool:
         self.counters.add(f"dropped.{reason}")
         self.counters.add("dropped")
-        lvl = logging.DEBUG if reason in QUIET_DROPS else logging.WARNING
-        log.log(lvl, "dropped gossip from %s: %s %s", forwarder[-8:], reason, detail)
+        lvl, more = self._log_level(reason)
+        log.log(lvl, "dropped gossip from %s: %s %s%s", forwarder[-8:], reason, detail, more)
         if reason in STRIKE_REASONS and forwarder not in self.banned:
             n = self.strikes.get(forwarder, 0) + 1
             self.strikes[forwarder] = n
             if n >= self.limits.max_invalid_per_peer:
                 self.ban(forwarder, f"{BanReason.INVALID_GOSSIP}: {n} invalid gossip messages")
         return False
+
+    def _log_level(self, reason: str) -> tuple[int, str]:
+        """A warning per reason at most every ``WARN_EVERY_S`` (a burst of late re-gossip after a
+        restart would fill the log), the rest at debug; the counters keep every drop."""
+        if reason in QUIET_DROPS:
+            return logging.DEBUG, ""
+        now = time.monotonic()
+        last = self._warned.get(reason)
+        if last is not None and now - last < WARN_EVERY_S:
+            self._held[reason] = self._held.get(reason, 0) + 1
+            return logging.DEBUG, ""
+        self._warned[reason] = now
+        held = self._held.pop(reason, 0)
+        return logging.WARNING, f" ({held} more since the last warning)" if held else ""
 
     def note_own(self, data: bytes) -> None:
         """Remember an envelope we publish, so an echo of it is a duplicate."""

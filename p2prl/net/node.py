@@ -47,7 +47,9 @@ from p2prl.reasons import GossipDrop, InputReason
 from p2prl.store import BlobStore
 
 log = logging.getLogger(__name__)
+STANDING_MAX = 4096  # peers with standing a relay remembers (add_standing)
 BOOTSTRAP_BACKOFF_S = (1.0, 60.0)  # first and longest wait before dialing a failed bootstrap peer again
+INVALID_ADDRESS = "not a valid address"  # a bootstrap address no retry can make dialable
 
 __all__ = ["FetchError", "Incoming", "P2PNode", "PeerInfo", "PublishError"]
 
@@ -63,6 +65,20 @@ class PeerInfo:
     connected: bool
     banned: bool
 
+
+def _libp2p_logging() -> None:
+    """libp2p logs each failed stream or dial as a multi-line error through Python's last-resort
+    handler (unformatted, on stderr), while this node handles, counts and retries those failures
+    itself: keep them out of the log unless it runs at DEBUG, then in the node's own format. Runs
+    after libp2p's import, which resets its logger to WARNING; a level set otherwise is kept."""
+    lg = logging.getLogger("libp2p")
+    if lg.level != logging.WARNING:
+        return
+    if logging.getLogger().isEnabledFor(logging.DEBUG):
+        lg.setLevel(logging.DEBUG)
+        lg.propagate = True
+    else:
+        lg.setLevel(logging.CRITICAL)
 
 class P2PNode:
     def __init__(
@@ -118,6 +134,7 @@ class P2PNode:
         self._public_addrs: list[str] = []
         self._foreign: set[str] = set()  # bootstrap peers already reported as of another network
         self._relay: Any = None  # BoundedRelay when this node relays for others (config.relay)
+        self._standing: dict[str, None] = {}  # peers seen in verdicts or scores, oldest first
         self._relay_client: Any = None
 
     # ---------------------------------------------------------------- lifecycle (any thread)
@@ -181,6 +198,7 @@ class P2PNode:
         from libp2p.pubsub.pubsub import Pubsub
         from libp2p.tools.anyio_service import background_trio_service
 
+        _libp2p_logging()
         self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
         cfg = self.config
@@ -247,7 +265,7 @@ class P2PNode:
         from p2prl.net.relay import BoundedRelay, RelayClient
 
         if self.config.relay is not None:
-            self._relay = circuit = BoundedRelay(host, self.config.relay, self.counters)
+            self._relay = circuit = BoundedRelay(host, self.config.relay, self.counters, self._standing)
         else:
             circuit = CircuitV2Protocol(host, allow_hop=False)
         self._relay_client = RelayClient(host, circuit, self.counters)
@@ -297,6 +315,11 @@ class P2PNode:
         """Dial a full multiaddr (…/p2p/<peer id>); raises on failure."""
         self._call(self._connect, addr, timeout or self.config.stream_timeout_s)
 
+    def dial_problem(self, addr: str) -> str | None:
+        """Dial ``addr`` as a bootstrap peer is dialled: None once connected, else what is wrong, in
+        words a user can act on (``p2prl peers``)."""
+        return self._call(self._try_bootstrap, addr)  # type: ignore[no-any-return]
+
     async def _connect(self, addr: str, timeout: float) -> None:
         import multiaddr
         from libp2p.peer.peerinfo import info_from_p2p_addr
@@ -318,9 +341,12 @@ class P2PNode:
         retry_at = dict.fromkeys(self.config.bootstrap, 0.0)
         delay = dict.fromkeys(self.config.bootstrap, BOOTSTRAP_BACKOFF_S[0])
         since: dict[str, float] = {}
+        invalid: set[str] = set()  # reported once, never retried: no retry can make it valid
         while True:
             now = trio.current_time()
             for addr in self.config.bootstrap:
+                if addr in invalid:
+                    continue
                 pid = addr.rsplit("/p2p/", 1)[-1]
                 if pid in self._connected_ids():
                     delay[addr] = BOOTSTRAP_BACKOFF_S[0]
@@ -335,6 +361,10 @@ class P2PNode:
                     log.info("connected to bootstrap peer %s", addr)
                     continue
                 self.counters.add("bootstrap_failures")
+                if problem.startswith(INVALID_ADDRESS):
+                    invalid.add(addr)
+                    log.warning("bootstrap peer %s: %s; skipped", addr, problem)
+                    continue
                 log.warning("bootstrap peer %s: %s; retrying in %.0f s", addr, problem, delay[addr])
                 retry_at[addr] = now + delay[addr]
                 delay[addr] = min(delay[addr] * 2, BOOTSTRAP_BACKOFF_S[1])
@@ -351,7 +381,7 @@ class P2PNode:
             port = int(ma.value_for_protocol("tcp"))
             pid = ID.from_base58(addr.rsplit("/p2p/", 1)[1])
         except Exception:
-            return "not a valid address: expected /ip4/HOST/tcp/PORT/p2p/PEER_ID"
+            return f"{INVALID_ADDRESS}: expected /ip4/HOST/tcp/PORT/p2p/PEER_ID"
         if pid.to_base58() == self.peer_id:
             return None
         timeout = self.config.stream_timeout_s
@@ -409,7 +439,7 @@ class P2PNode:
         """Behind a NAT, hold slots at up to ``MAX_RELAYS`` relays among the peers we dialed (a
         peer that is no relay refuses the protocol); and close a relayed connection as soon as a
         direct one to the same peer exists (after a hole punch), so chunks can flow."""
-        from p2prl.net.relay import MAX_RELAYS, RESERVE_EVERY_S
+        from p2prl.net.relay import MAX_RELAYS, REFRESH_S, RESERVE_EVERY_S
 
         asked: dict[str, float] = {}
         while True:
@@ -422,6 +452,12 @@ class P2PNode:
             direct = direct_peers(self._host)
             client.forget(direct)
             now = trio.current_time()
+            for peer in sorted(client.relays):  # renew held slots well within the relay's short TTL
+                if now - asked.get(peer, now) >= REFRESH_S:
+                    asked[peer] = now
+                    assert self._nursery is not None
+                    if not await client.reserve(peer, self._nursery, self.config.stream_timeout_s):
+                        client.relays.pop(peer, None)
             for peer in sorted(direct - set(client.relays)):
                 if len(client.relays) >= MAX_RELAYS:
                     break
@@ -431,7 +467,7 @@ class P2PNode:
                 assert self._nursery is not None
                 await client.reserve(peer, self._nursery, self.config.stream_timeout_s)
             if len(asked) > 1024:
-                asked = {p: t for p, t in asked.items() if now - t < RESERVE_EVERY_S}
+                asked = {p: t for p, t in asked.items() if now - t < RESERVE_EVERY_S or p in client.relays}
 
     def connections(self) -> dict[str, list[bool]]:
         """Per connected peer, whether each of its connections is relayed (reports, tests)."""
@@ -442,6 +478,19 @@ class P2PNode:
             pid.to_base58(): [is_relayed(getattr(c, "muxed_conn", c)) for c in conns]
             for pid, conns in self._host.get_network().get_connections_map().items()
         }
+
+    def add_standing(self, peer_ids: list[str]) -> None:
+        """Peers with standing (seen in verdicts or scores): a full relay makes room for them first,
+        and the heartbeat dialer dials them first. Bounded (the newest ``STANDING_MAX``)."""
+        st = self._standing
+        for p in peer_ids:
+            st.pop(p, None)
+            st[p] = None
+        while len(st) > STANDING_MAX:
+            st.pop(next(iter(st)))
+
+    def has_standing(self, peer_id: str) -> bool:
+        return peer_id in self._standing
 
     def relay_stats(self) -> dict[str, Any]:
         """What goes through relays: as a relay, bytes carried per peer; as a client, our slots."""

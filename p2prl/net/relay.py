@@ -11,16 +11,24 @@ and downloads do not recruit peers they reach only through one (a relay carried 
 against 75–100 MB/s direct). What a relay carries for others is bounded (``RelayBounds``): slots,
 circuits per peer, bytes and seconds per circuit, and bytes per peer per hour.
 
+Slots go by ``SlotPolicy``, since peer ids cost nothing: a slot is freed as soon as its peer is
+no longer connected (the library kept it to its TTL, so throwaway ids could take every slot and
+leave), one IP address holds at most ``per_ip`` and one /24 at most ``per_subnet``, a full relay
+makes room for a peer with standing (seen in verdicts or scores) by dropping a slot of one without,
+and the TTL is short (holders refresh every ``REFRESH_S``). A reservation is made only for the peer
+that asks, never for a peer id it names.
+
 py-libp2p 0.8.1 needs hand-wiring (docs/NETWORK.md, notes): ``host.connect`` cannot dial
-``/p2p-circuit`` addresses, so ``RelayClient.dial`` uses the circuit transport itself; slots are
-freed only at their TTL, so the slot count is high and the TTL short; a dial through the
-transport would also reserve a slot at the relay unless the client role is off.
+``/p2p-circuit`` addresses, so ``RelayClient.dial`` uses the circuit transport itself; a dial
+through the transport would also reserve a slot at the relay unless the client role is off.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -37,6 +45,43 @@ log = logging.getLogger(__name__)
 
 MAX_RELAYS = 2  # relays a NATed node keeps a slot at
 RESERVE_EVERY_S = 60.0  # a NATed node without enough slots looks for relays this often
+REFRESH_S = 40.0  # a NATed node renews its slots this often (a third of the relay's default TTL)
+
+
+def subnet_of(ip: str) -> str:
+    """The /24 (IPv4) or /48 (IPv6) an address is in; the address itself when it is none."""
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        return ip
+    return str(ipaddress.ip_network(f"{ip}/{24 if addr.version == 4 else 48}", strict=False))
+
+
+class SlotPolicy:
+    """Which peer may hold a relay slot (see the module docstring); ``held`` maps each slot's peer to
+    the address it reserved from, in the order they were granted."""
+
+    def __init__(self, bounds: RelayBounds, standing: Callable[[str], bool]) -> None:
+        self.bounds = bounds
+        self.standing = standing
+        self.held: dict[str, str] = {}
+
+    def admit(self, peer: str, ip: str) -> tuple[str | None, str | None]:
+        """(refusal reason or None, the peer whose slot goes to make room or None) for a new slot."""
+        if peer in self.held:
+            return None, None
+        if sum(1 for a in self.held.values() if a == ip) >= self.bounds.per_ip:
+            return "per_ip", None
+        net = subnet_of(ip)
+        if sum(1 for a in self.held.values() if subnet_of(a) == net) >= self.bounds.per_subnet:
+            return "per_subnet", None
+        if len(self.held) < self.bounds.max_reservations:
+            return None, None
+        if self.standing(peer):
+            victim = next((p for p in self.held if not self.standing(p)), None)
+            if victim is not None:
+                return None, victim
+        return "full", None
 
 
 class PeerBudget:
@@ -74,7 +119,9 @@ class PeerBudget:
 class BoundedRelay(CircuitV2Protocol):
     """The circuit v2 relay (hop) with a byte budget per peer and counters of what it carried."""
 
-    def __init__(self, host: Any, bounds: RelayBounds, counters: Counters) -> None:
+    def __init__(
+        self, host: Any, bounds: RelayBounds, counters: Counters, standing: dict[str, None] | None = None
+    ) -> None:
         limits = RelayLimits(
             duration=bounds.circuit_s,
             data=bounds.circuit_bytes,
@@ -85,6 +132,54 @@ class BoundedRelay(CircuitV2Protocol):
         super().__init__(host, limits=limits, allow_hop=True)
         self.counters = counters
         self.budget = PeerBudget(bounds.peer_bytes_per_hour, bounds.max_tracked_peers)
+        # peer ids seen in verdicts or scores (P2PNode.add_standing), shared with the host
+        self.standing: dict[str, None] = {} if standing is None else standing
+        self.slots = SlotPolicy(bounds, self.standing.__contains__)
+
+    def _sweep(self) -> None:
+        """Free the slots whose peer left or whose TTL ran out (the library waited for the TTL)."""
+        rm = self.resource_manager
+        for pid in list(rm._reservations):
+            if rm._reservations[pid].is_expired() or not rm._is_peer_connected(pid):
+                del rm._reservations[pid]
+        live = {str(pid) for pid in rm._reservations}
+        for peer in [p for p in self.slots.held if p not in live]:
+            del self.slots.held[peer]
+
+    async def _handle_reserve(self, stream: Any, msg: Any) -> None:
+        """Grant, refresh or refuse a slot under ``SlotPolicy``; then the library's reply."""
+        from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage
+        from libp2p.relay.circuit_v2.protocol_buffer import StatusCode, to_proto_status
+        from libp2p.relay.circuit_v2.utils import write_delimited_msg
+
+        conn = stream.muxed_conn
+        pid = conn.peer_id
+        peer = str(pid)
+        self._sweep()
+        why: str | None = None
+        if msg.HasField("peer") and msg.peer.id and msg.peer.id != pid.to_bytes():
+            why = "other_peer"
+        else:
+            why, victim = self.slots.admit(peer, _remote_ip(conn))
+            if victim is not None:
+                rm = self.resource_manager
+                for v in [v for v in rm._reservations if str(v) == victim]:
+                    del rm._reservations[v]
+                del self.slots.held[victim]
+                self.counters.add("relay.slot_taken_for_standing")
+        if why is not None:
+            self.counters.add(f"relay.slot_refused.{why}")
+            log.info("relay: slot refused to %s (%s)", peer[-8:], why)
+            status = HopMessage(
+                type=HopMessage.STATUS, status=to_proto_status(StatusCode.RESOURCE_LIMIT_EXCEEDED)
+            )
+            with trio.move_on_after(self.write_timeout):
+                await write_delimited_msg(stream, status)
+            return
+        self.slots.held.setdefault(peer, _remote_ip(conn))
+        await super()._handle_reserve(stream, msg)
+        if self.resource_manager.get_reservation(pid) is None:
+            self.slots.held.pop(peer, None)
 
     async def _relay_data(  # one direction of a circuit; replaces the library's copy loop
         self,
@@ -184,6 +279,21 @@ class RelayClient:
         """Drop relays we are no longer connected to (their slot is of no use to dialers now)."""
         for r in [r for r in self.relays if r not in connected]:
             del self.relays[r]
+
+
+def _remote_ip(conn: Any) -> str:
+    """The IP address a connection came from ("" when unknown)."""
+    try:
+        remote = conn.get_remote_address()
+        if remote:
+            return str(remote[0])
+        for a in conn.get_transport_addresses() or ():
+            parts = str(a).split("/")
+            if len(parts) > 2 and parts[1] in ("ip4", "ip6"):
+                return parts[2]
+    except Exception:
+        pass
+    return ""
 
 
 def _remote_addr(host: Any, pid: Any) -> str | None:

@@ -10,7 +10,13 @@ from p2prl.lazyexports import lazy_exports
 if TYPE_CHECKING:
     from p2prl.node.config import ENV_PREFIX, ConfigError, NodeConfig, load_config
     from p2prl.node.genesis import GenesisError, read_genesis, write_genesis
-    from p2prl.node.netinit import NetworkSpec, describe_model, genesis_from_spec, init_network
+    from p2prl.node.netinit import (
+        NetworkSpec,
+        describe_model,
+        genesis_from_spec,
+        init_network,
+        spec_warnings,
+    )
     from p2prl.node.runtime import NodeStartError, run_node
 
 __all__ = [
@@ -26,6 +32,7 @@ __all__ = [
     "load_config",
     "read_genesis",
     "run_node",
+    "spec_warnings",
     "write_genesis",
 ]
 

@@ -60,6 +60,9 @@ def base_model(ctx: NodeContext, strict: bool, share: bool = False) -> tuple[Any
     def fetch(target: Path) -> Path:
         return install_model_files(fetch_asset(ctx, ctx.g.asset(ctx.g.model.files_sha256)), target)
 
+    # the trainer is where the files come from: fetching them would wait on nobody, forever
+    source = cfg.role == "trainer"
+
     try:
         return load_base_model(
             ctx.g,
@@ -67,7 +70,7 @@ def base_model(ctx: NodeContext, strict: bool, share: bool = False) -> tuple[Any
             cfg.model,
             pick_device(cfg.device),
             strict=strict,
-            fetch=fetch,
+            fetch=None if source else fetch,
             share=share,
         )
     except (ModelDirError, AssetError, FileNotFoundError, ValueError) as e:
@@ -105,8 +108,10 @@ def load_start(
         ctx.status.incr("restarts_resumed")
         return model, tok, saved, base
     if h != genesis_base_hash(ctx):
-        log.warning(
-            "local base model hash %s differs from genesis %s; will sync from an anchor",
+        # the normal join: the model's files came from the network without weights (or this
+        # machine builds the tiny model differently); version 0's anchor carries the weights
+        log.info(
+            "no local copy of the genesis weights (local %s, genesis %s): taking them from an anchor",
             h[:12],
             genesis_base_hash(ctx)[:12],
         )

@@ -117,7 +117,7 @@ class NodeConfig:
     heartbeat_s: float = field(
         default=5.0, metadata={"help": "Seconds between heartbeats and re-announcements."}
     )
-    fetch_timeout_s: float = field(default=60.0, metadata={"help": "Timeout for one blob fetch."})
+    fetch_timeout_s: float = field(default=60.0, metadata={"help": "Timeout for one blob fetch (a weights download still progressing at the timeout goes on)."})
     max_upload_mb_s: float = field(
         default=0.0, metadata={"help": "Cap on chunk bytes this node serves, in MB/s (0: no cap)."}
     )

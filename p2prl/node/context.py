@@ -116,12 +116,14 @@ class NodeContext:
         """Start the gossip pump every role runs: verified messages to ``handlers``, heartbeats out."""
         return self.spawn("pump", Pump(self, handlers, holds, version).run)
 
-    def join(self, timeout: float = 30.0) -> None:
+    def join(self, timeout: float = 30.0, warn: bool = True) -> bool:
+        """Wait for the role's threads; True if all stopped (``warn``: log each that did not)."""
         deadline = time.monotonic() + timeout
         for t in self.threads:
             t.join(max(0.1, deadline - time.monotonic()))
-            if t.is_alive():
+            if t.is_alive() and warn:
                 log.warning("thread %s did not stop in time", t.name)
+        return not any(t.is_alive() for t in self.threads)
 
 
 def rollout_blob_bound(generation: GenerationSpec) -> int:

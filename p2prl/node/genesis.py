@@ -17,6 +17,7 @@ from p2prl.atomicfile import PUBLIC, write_atomic
 from p2prl.crypto import EnvelopeError, Identity
 from p2prl.protocol import Genesis, MessageError, decode_message, encode_message
 from p2prl.protocol import sections as sec
+from p2prl.reasons import InputReason
 
 GENESIS_FORMAT = "p2prl-genesis-v1"
 MAX_GENESIS_FILE = 1024 * 1024
@@ -24,7 +25,18 @@ PIN_FILE = "genesis.pin.json"
 
 
 class GenesisError(Exception):
-    """A genesis file that is malformed, not signed by its trainer, or not the one this node pinned."""
+    """A genesis file that is malformed, not signed by its trainer, or not the one this node pinned.
+
+    ``reason`` is the ``InputReason`` when the signed genesis itself was refused ("" for a file that
+    could not be read or a pin that does not match): every rule a genesis breaks prints its code."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _refused(reason: InputReason, detail: str) -> GenesisError:
+    return GenesisError(f"genesis rejected: {reason}: {detail}", reason)
 
 
 @dataclass(frozen=True)
@@ -90,21 +102,24 @@ def verify_genesis_bytes(raw: bytes, network_id: str, expected_trainer: str = ""
     try:
         env, msg = decode_message(raw, network_id, expected_type=Genesis.TYPE)
     except (EnvelopeError, MessageError) as e:
-        raise GenesisError(f"genesis rejected: {e}") from e
+        raise GenesisError(f"genesis rejected: {e}", e.reason) from e
     assert isinstance(msg, Genesis)
     if msg.network_id != network_id:
-        raise GenesisError(f"genesis is for network {msg.network_id!r}, not {network_id!r}")
+        raise _refused(InputReason.BAD_NETWORK, f"genesis is for network {msg.network_id!r}, not {network_id!r}")
     if env.signer_hex != msg.trainer:
-        raise GenesisError("genesis is not signed by the trainer key it names")
+        raise _refused(InputReason.UNKNOWN_SIGNER, "genesis is not signed by the trainer key it names")
     if expected_trainer and msg.trainer != expected_trainer:
-        raise GenesisError(
-            f"genesis trainer {msg.trainer[:16]}… is not the expected {expected_trainer[:16]}…"
+        raise _refused(
+            InputReason.UNKNOWN_SIGNER,
+            f"genesis trainer {msg.trainer[:16]}… is not the expected {expected_trainer[:16]}…",
         )
     if msg.trainer in msg.validators:
-        raise GenesisError("the trainer cannot also be a validator")
+        raise _refused(InputReason.BAD_BODY, "the trainer cannot also be a validator")
     for named in (msg.model.files_sha256, msg.task.data_sha256):
         if named and not any(a.id == named for a in msg.assets):
-            raise GenesisError(f"the genesis names file blob {named[:12]}… but lists no such asset")
+            raise _refused(
+                InputReason.BAD_BODY, f"the genesis names file blob {named[:12]}… but lists no such asset"
+            )
     return SignedGenesis(genesis=msg, envelope=raw)
 
 

@@ -11,7 +11,10 @@ serves, must not be able to starve honest miners:
   (signer, blob) is not fetched again for ``negative_ttl_s``) and a strike against its signer;
 - judged (signer, blob id) pairs are remembered for the whole staleness window, so no flood can get
   an old honest batch judged again (which would fail it as a duplicate and zero its miner). The
-  memory is bounded; over the bound, the signer holding the most entries loses its oldest.
+  memory is bounded, and what it forgets over the bound does not depend on how many keys fill it:
+  a pair whose judgement accepted a group, or whose signer was in good standing and did not fail
+  hard, is kept until its version leaves the window; only the other pairs (junk, which any number of
+  fresh keys can make) are forgotten, oldest first.
 """
 
 from __future__ import annotations
@@ -42,43 +45,49 @@ def key_of(item: Any) -> Key:
 
 
 class Judged:
-    """(signer, blob id) pairs judged at versions still inside the staleness window."""
+    """(signer, blob id) pairs judged at versions still inside the staleness window.
+
+    Two tiers: ``kept`` pairs (honest work: see ``add``) leave only when their version leaves the
+    window, or, should ``capacity`` pairs of them fill one window, the oldest version first, which
+    takes ``capacity`` accepted batches, not keys; the ``rest`` are forgotten oldest first when the
+    memory is full. Forgetting a junk pair lets its replay be judged again, which fails only its
+    own signer.
+    """
 
     def __init__(self, max_staleness: int, capacity: int = JUDGED_MAX) -> None:
         self.max_staleness = max_staleness
         self.capacity = capacity
-        self._by_signer: dict[str, OrderedDict[str, int]] = {}
-        self._n = 0
+        self._kept: dict[Key, int] = {}
+        self._rest: OrderedDict[Key, int] = OrderedDict()
+        self.forgotten = 0  # pairs dropped over the bound before their window ended
 
     def __contains__(self, key: Key) -> bool:
-        return key[1] in self._by_signer.get(key[0], {})
+        return key in self._kept or key in self._rest
 
     def __len__(self) -> int:
-        return self._n
+        return len(self._kept) + len(self._rest)
 
-    def add(self, key: Key, version: int) -> None:
-        signer, blob = key
-        mine = self._by_signer.setdefault(signer, OrderedDict())
-        if blob not in mine:
-            self._n += 1
-        mine[blob] = version
-        while self._n > self.capacity:
-            big = max(self._by_signer, key=lambda s: len(self._by_signer[s]))
-            self._pop(big, next(iter(self._by_signer[big])))
+    def add(self, key: Key, version: int, keep: bool = False) -> None:
+        """Remember ``key`` judged at ``version``; ``keep``: honest work, never forgotten for junk."""
+        if keep:
+            self._rest.pop(key, None)
+            self._kept[key] = version
+        elif key not in self._kept:
+            self._rest[key] = version
+            self._rest.move_to_end(key)
+        while len(self) > self.capacity:
+            if self._rest:
+                self._rest.popitem(last=False)
+            else:
+                del self._kept[min(self._kept, key=self._kept.__getitem__)]
+            self.forgotten += 1
 
     def prune(self, current: int) -> None:
         """Forget pairs whose version is out of the window: they can no longer be judged anyway."""
         lo = current - self.max_staleness
-        for signer in list(self._by_signer):
-            for blob in [b for b, v in self._by_signer[signer].items() if v < lo]:
-                self._pop(signer, blob)
-
-    def _pop(self, signer: str, blob: str) -> None:
-        mine = self._by_signer[signer]
-        del mine[blob]
-        self._n -= 1
-        if not mine:
-            del self._by_signer[signer]
+        for tier in (self._kept, self._rest):
+            for key in [k for k, v in tier.items() if v < lo]:
+                del tier[key]
 
 
 class JudgeQueue:
@@ -183,7 +192,8 @@ class JudgeQueue:
     def judged_ok(self, item: Any, accepted: bool, hard_failure: bool) -> None:
         """Record a judgement: standing rises with an accepted batch and falls with a hard failure."""
         key = key_of(item)
-        self.judged.add(key, item.message.version)
+        keep = not hard_failure and (accepted or key[0] in self._good)
+        self.judged.add(key, item.message.version, keep=keep)
         if hard_failure:
             self._strike(key[0], STRIKES_TO_PENALIZE)
             self._good.pop(key[0], None)

@@ -19,6 +19,7 @@ import torch
 from p2prl.atomicfile import write_atomic
 from p2prl.node.common import generation_params, group_size, groups_per_batch, open_synced_role, task_of
 from p2prl.node.context import NodeContext
+from p2prl.node.rejectlog import RejectionLog
 from p2prl.node.sync import WeightSync
 from p2prl.node.weights import Weights, sha256_of_state
 from p2prl.proof import build_batch, commitment_root, encode_batch, sample_keys
@@ -46,6 +47,7 @@ class Miner:
         self.batches = 0
         self._last_batch = 0.0
         self._index_file = self.dir / "next_index.json"
+        self._rejections = RejectionLog()
 
     # -- state ------------------------------------------------------------------
     def engine_state(self, w: Weights) -> dict[str, torch.Tensor]:
@@ -83,6 +85,7 @@ class Miner:
         for g in v.groups:
             if not g.accepted:
                 self.ctx.status.incr_label("rejected", g.reason)
+        self._rejections.add(v.version, [g.reason for g in v.groups if not g.accepted])
 
     def on_scores(self, item: Any) -> None:
         me = self.ctx.identity.public_hex

@@ -102,6 +102,43 @@ def _validator_key(v: str) -> str:
         raise ValueError(f"validator {v!r} is neither a hex public key nor a key file ({e})") from e
 
 
+_B58 = frozenset("123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz")
+_HOST_PROTOCOLS = ("ip4", "ip6", "dns", "dns4", "dns6")
+
+
+def check_bootstrap(addr: str) -> str:
+    """``addr`` if it is a dialable bootstrap multiaddr, ``/<ip4|ip6|dns…>/<host>/tcp/<port>/p2p/<peer
+    id>``; else ValueError. The genesis is permanent and nodes retry its bootstrap peers forever, so
+    ``127.0.0.1:4001`` or an address without the peer id is refused before anything is written."""
+    example = "/ip4/203.0.113.10/tcp/4001/p2p/<trainer peer id> (`p2prl keys show KEY` prints the peer id)"
+    parts = addr.strip().split("/")
+    ok = (
+        len(parts) == 7
+        and parts[0] == ""
+        and parts[1] in _HOST_PROTOCOLS
+        and bool(parts[2])
+        and parts[3] == "tcp"
+        and parts[4].isdigit()
+        and 0 < int(parts[4]) < 65536
+        and parts[5] == "p2p"
+        and len(parts[6]) >= 32
+        and set(parts[6]) <= _B58
+    )
+    if not ok:
+        raise ValueError(f"bootstrap address {addr!r} is not a multiaddr like {example}")
+    return addr.strip()
+
+
+def spec_warnings(spec: Any) -> list[str]:
+    """What is legal in a genesis but probably not meant (the genesis cannot be changed later)."""
+    out = []
+    if not spec.validators:
+        out.append("no --validator: no rollout can be accepted, so this network can never train")
+    if not spec.bootstrap:
+        out.append("no --bootstrap: nodes find the trainer only through --bootstrap flags or S3")
+    return out
+
+
 def base_model_info(model_cache: Path) -> ModelSpec:
     """Build (or reuse) the default model and describe it for genesis (each node rebuilds it)."""
     # rl's model modules import torch: `p2prl network show` and the demo's start need none
@@ -182,7 +219,11 @@ def init_network(spec: Any, *, key_path: Path, model_cache: Path, out: Path) -> 
     """Check everything first (task, model directory, prompt format), then create the trainer key if
     needed, sign and write the genesis file: a failed check writes nothing."""
     # a data-backed task's file hash is pinned here (an unknown task or bad params fail first)
-    spec = dataclasses.replace(spec, task_params=pin_task_params(spec.task, spec.task_params))
+    spec = dataclasses.replace(
+        spec,
+        task_params=pin_task_params(spec.task, spec.task_params),
+        bootstrap=[check_bootstrap(a) for a in spec.bootstrap],
+    )
     model, stops, assets = describe_model(spec, model_cache)
     trainer = load_or_create_identity(key_path)
     sg = genesis_from_spec(spec, trainer, model, stop_token_ids=stops, assets=assets)

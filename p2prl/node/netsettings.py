@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 
 from p2prl.crypto import Identity
@@ -73,3 +74,26 @@ def _reserved_providers(sg: SignedGenesis, identity: Identity) -> list[str]:
 
 def _peer_suffix(identity: Identity) -> str:
     return "/p2p/" + peer_id_for(identity)
+
+
+def local_network_hint(cfg: NodeConfig, bootstrap: list[str]) -> str | None:
+    """A line for a node about to run without ``--local-network`` whose bootstrap peers are on this
+    machine or a private network: it would reach them, but nobody would fetch from it (peers
+    announce loopback and private addresses, dialled only on a local network), so every one of its
+    rollout batches would be rejected as ``unreachable``. None when the setting fits."""
+    if cfg.local_network:
+        return None
+    for addr in bootstrap:
+        parts = addr.split("/")
+        if len(parts) > 2 and parts[1] in ("ip4", "ip6"):
+            try:
+                ip = ipaddress.ip_address(parts[2])
+            except ValueError:
+                continue
+            if not ip.is_global:  # what the dialer dials only on a local network (net/dialer.py)
+                return (
+                    f"bootstrap peer {parts[2]} is on this machine or a private network: for a network "
+                    "on one machine or a LAN, start every node with --local-network (without it, "
+                    "peers do not dial each other's addresses there)"
+                )
+    return None

@@ -58,6 +58,13 @@ class NetPort(RolePort, DialHost, Protocol):
         """The addresses to tell peers about in heartbeats."""
         ...
 
+    def add_standing(self, peer_ids: list[str]) -> None:
+        """Peers seen in verdicts or scores: a relay makes room for them first, the dialer dials them first."""
+
+    def has_standing(self, peer_id: str) -> bool:
+        """Whether ``peer_id`` was seen in verdicts or scores."""
+        ...
+
     def stats(self) -> dict[str, int]:
         """The host's counters (bytes up and down, drops, bans)."""
         ...

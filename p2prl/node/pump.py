@@ -7,8 +7,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from p2prl.net import Dialer
-from p2prl.protocol import Heartbeat
+from p2prl.lru import LRU
+from p2prl.net import Dialer, peer_id_of_public_key
+from p2prl.protocol import Heartbeat, Scores, Verdict
 from p2prl.reasons import NodeDrop
 
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ log = logging.getLogger(__name__)
 
 
 Handler = Callable[[Any], None]
+STANDING_PER_SCORES = 256  # miners taken from one Scores message, highest first
 
 
 class Pump:
@@ -39,8 +41,12 @@ class Pump:
         self.holds = holds
         self.version = version
         self._last_hb = 0.0
+        self._peer_ids: LRU[str, str] = LRU(4096)  # key hex -> peer id (a key conversion costs)
         self.dialer = Dialer(
-            ctx.net, ctx.stop, local=ctx.config.local_network, on_dialed=lambda: ctx.status.incr("peers_dialed")
+            ctx.net,
+            ctx.stop,
+            local=ctx.config.local_network,
+            on_dialed=lambda: ctx.status.incr("peers_dialed"),
         )
 
     def run(self) -> None:
@@ -51,6 +57,8 @@ class Pump:
                 t = item.envelope.type
                 if t == Heartbeat.TYPE:
                     self._on_heartbeat(item)
+                elif t in (Verdict.TYPE, Scores.TYPE):
+                    self._note_standing(item)
                 h = self.handlers.get(t)
                 if h is None:
                     continue
@@ -74,6 +82,28 @@ class Pump:
         for blob_id in hb.holds[: Heartbeat.HINTED_HOLDS]:
             self.ctx.net.add_provider_hint(blob_id, hb.peer_id)
         self.dialer.offer(hb.peer_id, hb.addrs)
+
+    def _note_standing(self, item: Any) -> None:
+        """Peers a genesis validator vouched for (it, and miners with accepted work) have standing: a
+        full relay makes room for them first (net/relay.py), the dialer dials them first."""
+        msg = item.message
+        keys = [item.envelope.signer_hex]
+        if isinstance(msg, Verdict) and msg.accepted:
+            keys.append(msg.miner)
+        elif isinstance(msg, Scores):
+            top = sorted((k for k, v in msg.scores.items() if v > 0), key=lambda k: -msg.scores[k])
+            keys += top[:STANDING_PER_SCORES]
+        peers = []
+        for k in keys:
+            pid = self._peer_ids.get(k)
+            if pid is None:
+                try:
+                    pid = peer_id_of_public_key(bytes.fromhex(k))
+                except Exception:
+                    continue
+                self._peer_ids.put(k, pid)
+            peers.append(pid)
+        self.ctx.net.add_standing(peers)
 
     def _heartbeat(self) -> None:
         ctx = self.ctx

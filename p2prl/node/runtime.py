@@ -1,8 +1,11 @@
 """``p2prl node``: build the context, start the role and the status endpoint, run until a signal.
 
 SIGINT/SIGTERM stop the node cleanly (threads finish their step, the host shuts down, state is on
-disk). SIGUSR1 asks a trainer to stop publishing new versions while it keeps serving (the demo
-uses it to let miners catch up before it reads the final state).
+disk; a miner's or validator's threads get ``FINISH_STEP_S``, then the host stops under them, so a
+fetch from a peer that is gone ends at once). Before anything starts, the data directory is locked
+and the ports checked (``p2prl.node.preflight``). SIGUSR1 asks a trainer to stop publishing new
+versions while it keeps serving (the demo uses it to let miners catch up before it reads the final
+state).
 """
 
 from __future__ import annotations
@@ -16,20 +19,26 @@ from typing import Any
 from p2prl.node.config import NodeConfig
 from p2prl.node.context import NodeContext, NodeStartError
 from p2prl.node.http import StatusServer
+from p2prl.node.preflight import DataDirLock, PreflightError, check_listen, check_port_free
 from p2prl.node.startup import build_context
 
 log = logging.getLogger(__name__)
 
 __all__ = ["NodeStartError", "RunningNode", "run_node", "start_node"]
 
+FINISH_STEP_S = 5.0  # how long a stopping node's threads get before the host stops under them
+
 
 class RunningNode:
     """A started node (context, role, status server); ``close()`` stops all of it."""
 
-    def __init__(self, ctx: NodeContext, role: Any, server: StatusServer | None) -> None:
+    def __init__(
+        self, ctx: NodeContext, role: Any, server: StatusServer | None, lock: DataDirLock | None = None
+    ) -> None:
         self.ctx = ctx
         self.role = role
         self.server = server
+        self.lock = lock
 
     @property
     def status_url(self) -> str | None:
@@ -43,10 +52,20 @@ class RunningNode:
                 close()
             except Exception:
                 log.exception("role close failed")
-        self.ctx.join(timeout)
+        # threads finish their step; a miner's or validator's one waiting on a peer (a fetch from a
+        # trainer already gone) would hold the stop for the whole fetch timeout: after a short wait
+        # the host stops under it (not the trainer's: its step ends in a publish and a mirror upload)
+        follower = self.ctx.config.role != "trainer"
+        if not (follower and self.ctx.join(min(timeout, FINISH_STEP_S), warn=False)):
+            if follower:
+                log.info("threads still waiting on the network: stopping it first")
+                self.ctx.net.stop()
+            self.ctx.join(timeout)
         self.ctx.net.stop()
         if self.server is not None:
             self.server.stop()
+        if self.lock is not None:
+            self.lock.release()
 
 
 def make_role(ctx: NodeContext) -> Any:
@@ -69,15 +88,26 @@ def start_node(cfg: NodeConfig, role_factory: Callable[[NodeContext], Any] = mak
     """Start a node in this process (what ``p2prl node`` does, minus signal handling); ``role_factory``
     builds the role (a benchmark's adversary replaces it)."""
     cfg.validate()
-    if cfg.torch_threads > 0:
-        import torch
+    lock = _preflight(cfg)
+    try:
+        if cfg.torch_threads > 0:
+            import torch
 
-        torch.set_num_threads(cfg.torch_threads)
-    ctx = build_context(cfg)
+            torch.set_num_threads(cfg.torch_threads)
+        ctx = build_context(cfg)
+    except BaseException:
+        lock.release()
+        raise
     server = None
     try:
         if cfg.status_port >= 0:
-            server = StatusServer(ctx.status, cfg.status_host, cfg.status_port).start(cfg.data_dir)
+            try:
+                server = StatusServer(ctx.status, cfg.status_host, cfg.status_port).start(cfg.data_dir)
+            except OSError as e:
+                raise NodeStartError(
+                    f"status port {cfg.status_port} on {cfg.status_host}: {e.strerror or e} "
+                    "(--status-port 0 picks a free one)"
+                ) from e
         role = role_factory(ctx)
         role.start()
     except BaseException:
@@ -86,6 +116,7 @@ def start_node(cfg: NodeConfig, role_factory: Callable[[NodeContext], Any] = mak
         ctx.net.stop()
         if server is not None:
             server.stop()
+        lock.release()
         raise
     log.info(
         "%s %s up: peer %s, addrs %s, status %s",
@@ -95,7 +126,23 @@ def start_node(cfg: NodeConfig, role_factory: Callable[[NodeContext], Any] = mak
         ctx.net.addrs,
         server.url if server else "off",
     )
-    return RunningNode(ctx, role, server)
+    return RunningNode(ctx, role, server, lock)
+
+
+def _preflight(cfg: NodeConfig) -> DataDirLock:
+    """Lock the data directory and check the ports before anything is opened (NodeStartError)."""
+    try:
+        lock = DataDirLock(cfg.data_dir).acquire()
+    except PreflightError as e:
+        raise NodeStartError(str(e)) from e
+    try:
+        check_listen(cfg.listen)
+        if cfg.status_port > 0:
+            check_port_free(cfg.status_host, cfg.status_port, "status")
+    except PreflightError as e:
+        lock.release()
+        raise NodeStartError(str(e)) from e
+    return lock
 
 
 def run_node(cfg: NodeConfig, role_factory: Callable[[NodeContext], Any] = make_role) -> None:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+
 from p2prl.crypto import Identity, KeyFileError, load_or_create_identity
 from p2prl.net import topic
 from p2prl.node.config import NodeConfig
 from p2prl.node.context import NodeContext, NodeStartError
 from p2prl.node.genesis import GenesisError, SignedGenesis, pin_genesis, read_genesis
-from p2prl.node.netsettings import net_config
+from p2prl.node.netsettings import local_network_hint, net_config
 from p2prl.node.status import NodeStatus
 from p2prl.store import BlobStore
+
+log = logging.getLogger(__name__)
 
 
 def load_genesis_for(cfg: NodeConfig) -> tuple[Identity, SignedGenesis]:
@@ -43,6 +47,9 @@ def build_context(cfg: NodeConfig) -> NodeContext:
     identity, sg = load_genesis_for(cfg)
     store = BlobStore(cfg.data_dir / "blobs", cfg.store_max_bytes)
     net_cfg = net_config(cfg, sg, identity)
+    hint = local_network_hint(cfg, [*sg.genesis.bootstrap, *cfg.bootstrap])
+    if hint:
+        log.warning("%s", hint)
     net = P2PNode(identity, sg.network_id, store, net_cfg)
     status = NodeStatus(cfg.role, identity.public_hex, sg.network_id)
     try:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from p2prl.node.context import NodeContext
+from p2prl.node.fetching import fetch_while_progressing
 from p2prl.node.live import LiveWeights
 from p2prl.node.weights import Weights, save_weights
 from p2prl.patch import ManifestError, ManifestStore, PatchError, materialize, plan_sync, weights_hash
@@ -274,8 +275,11 @@ class WeightSync:
         def progress(done: int, total: int) -> None:
             st.transfer(ref.id, done, total)
 
+        label = f"fetching v{m.version} {m.kind}"
         try:
-            self.ctx.net.fetch(ref, timeout=self.ctx.config.fetch_timeout_s, on_progress=progress)
+            fetch_while_progressing(
+                self.ctx.net, ref, self.ctx.config.fetch_timeout_s, label, progress, self.ctx.stop
+            )
         finally:
             st.transfer(ref.id, 1, 1)
         self.ctx.store.pin([ref.id])

@@ -253,7 +253,7 @@ class Validator:
         if data is None:
             with self.jq_cond:
                 self.jq.unfetchable(item)
-            bv = reject_all(ann.groups, VerdictReason.BLOB_MISMATCH)
+            bv = reject_all(ann.groups, VerdictReason.UNREACHABLE)
         else:
             with self.jq_cond:
                 self.jq.judged.add(key_of(item), ann.version)

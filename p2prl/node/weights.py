@@ -7,11 +7,9 @@ version, never a half-written one, and a restarted node re-checks the hash befor
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +18,7 @@ from typing import Any
 import torch
 
 from p2prl.atomicfile import write_atomic
-from p2prl.patch import sorted_names, weights_hash
+from p2prl.patch import weights_hash, weights_sha256
 from p2prl.rl import (
     ModelDirError,
     build_default_model,
@@ -50,19 +48,8 @@ class Weights:
 
 
 def sha256_of_state(state: State) -> str:
-    """SHA-256 over the same canonical serialization as the BLAKE3 weights hash (for reports)."""
-    h = hashlib.sha256()
-    h.update(b"p2prl/weights/v1\x00" + struct.pack("<I", len(state)))
-    for name in sorted_names(state):
-        t = state[name].detach().contiguous().cpu()
-        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        n = name.encode()
-        dtype = str(t.dtype).removeprefix("torch.")
-        dims = tuple(t.shape)
-        h.update(struct.pack("<I", len(n)) + n + bytes([len(dtype)]) + dtype.encode())
-        h.update(bytes([len(dims)]) + struct.pack(f"<{len(dims)}Q", *dims) + struct.pack("<Q", len(raw)))
-        h.update(raw)
-    return h.hexdigest()
+    """SHA-256 over the weights hash's byte stream (docs/PROTOCOL.md §4), for reports."""
+    return weights_sha256({k: v.detach().cpu().contiguous() for k, v in state.items()})
 
 
 def model_dir_for(

@@ -13,7 +13,7 @@ from p2prl.patch.encode import PatchEncoder, PatchStats, encode_patch, iter_patc
 from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.patch.files import apply_files, diff_files
 from p2prl.patch.format import CODEC
-from p2prl.patch.hashing import sorted_names, weights_hash, weights_hash_file
+from p2prl.patch.hashing import sorted_names, weights_hash, weights_hash_file, weights_sha256
 from p2prl.patch.inspect import inspect_patch
 from p2prl.patch.manifests import ManifestError, ManifestStore, manifest_file_name, open_manifest
 
@@ -60,6 +60,7 @@ __all__ = [
     "uint_view",
     "weights_hash",
     "weights_hash_file",
+    "weights_sha256",
 ]
 
 __getattr__ = lazy_exports(__name__)

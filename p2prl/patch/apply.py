@@ -14,7 +14,15 @@ import blake3
 import numpy as np
 
 from p2prl.patch import intcode
-from p2prl.patch.dtypes import BY_NAME, TensorLike, dtype_of, empty_like, shape_of, uint_view
+from p2prl.patch.dtypes import (
+    BY_NAME,
+    TensorLike,
+    check_bool_bits,
+    dtype_of,
+    empty_like,
+    shape_of,
+    uint_view,
+)
 from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.patch.format import (
     END,
@@ -298,6 +306,8 @@ class PatchApplier:
             target = self._view(seg.tensor)[seg.start : end]
             np.copyto(target, src)
         self._decode_into(seg, iframe, vframe, target)
+        spec = self._header.tensors[seg.tensor]
+        check_bool_bits(spec.dtype, target, spec.name)  # the untouched rest was checked when hashed
         self._result.update(memoryview(target).cast("B"))
         self._cursor = (seg.tensor, end)
 

@@ -117,6 +117,13 @@ def uint_view(t: Any) -> np.ndarray:
     return src.view(getattr(torch, d.view_name)).numpy().reshape(-1).view(d.uint)
 
 
+def check_bool_bits(dtype: str, bits: np.ndarray, what: str) -> None:
+    """A ``BOOL`` element is one byte, 0 or 1 (docs/PROTOCOL.md §4): any other byte is refused, so
+    one truth value never has two bit patterns (and two weights hashes)."""
+    if dtype == "BOOL" and bits.size and int(bits.max()) > 1:
+        raise PatchError(PatchReason.MALFORMED, f"{what}: a BOOL element is neither 0 nor 1")
+
+
 def changed_fraction(prev: Mapping[str, Any], new: Mapping[str, Any]) -> float:
     """Fraction of elements whose bit pattern differs between two states of the same names and shapes:
     what a patch carries (-0.0 and 0.0 differ; no float arithmetic)."""

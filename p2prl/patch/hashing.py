@@ -12,16 +12,18 @@ Stream hashed, all integers little-endian::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mmap
 import struct
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import blake3
 import numpy as np
 
-from p2prl.patch.dtypes import BY_NAME, TensorLike, dtype_of, shape_of, uint_view
+from p2prl.patch.dtypes import BY_NAME, TensorLike, check_bool_bits, dtype_of, shape_of, uint_view
 from p2prl.patch.errors import PatchError, PatchReason
 
 DOMAIN = b"p2prl/weights/v1\x00"
@@ -50,12 +52,22 @@ def sorted_names(names: Iterable[str]) -> list[str]:
 
 def weights_hash(state: Mapping[str, TensorLike]) -> str:
     """BLAKE3 hex of the canonical serialization of ``state`` (CPU, contiguous tensors)."""
-    h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    return _digest(blake3.blake3(max_threads=blake3.blake3.AUTO), state)
+
+
+def weights_sha256(state: Mapping[str, TensorLike]) -> str:
+    """SHA-256 hex of the same byte stream as :func:`weights_hash`: the ``weights_sha256`` a node
+    reports, so that tools without BLAKE3 can compare weights too."""
+    return _digest(hashlib.sha256(), state)
+
+
+def _digest(h: Any, state: Mapping[str, TensorLike]) -> str:
     h.update(DOMAIN + struct.pack("<I", len(state)))
     for name in sorted_names(state):
         t = state[name]
         d = dtype_of(t)
         v = uint_view(t)
+        check_bool_bits(d.name, v, name)
         h.update(entry_prefix(name, d.name, shape_of(t), v.nbytes))
         if v.nbytes:
             h.update(memoryview(v).cast("B"))
@@ -118,6 +130,8 @@ def weights_hash_file(path: str | Path) -> str:
                 for name in sorted_names(entries):
                     dtype, shape, begin, end = entries[name]
                     h.update(entry_prefix(name, dtype, shape, end - begin))
+                    if dtype == "BOOL":  # a copy: an error's traceback must not pin the map open
+                        check_bool_bits(dtype, np.frombuffer(bytes(mv[off + begin : off + end]), np.uint8), name)
                     if end > begin:
                         h.update(mv[off + begin : off + end])
                 return h.hexdigest()

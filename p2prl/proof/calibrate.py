@@ -44,16 +44,19 @@ def calibrate(
     0.397 at factor 2 on the 24M model), hence ``max_factor``. A lie the looser bound lets through is
     bounded by the trainer anyway (``GRPOConfig.max_logprob_gap``, dual clipping).
 
-    ``fp_floor`` is two bf16 steps (2 × 2⁻⁸ ≈ 0.008): engines whose states agree bit for bit on the
-    calibration's rollouts still round an element differently now and then (one step moves the state's
-    direction by up to 2⁻⁸), and a floor below that rejected an honest batch on the default model.
-    ``lp_floor`` likewise: when calibration sees zero drift (every node on one engine, as in the demo)
-    the logprob bounds sit at their floors. The logprob errors these bound are what is left after the
-    per-token bf16 rounding allowance (``recompute.rounding_allowance``: one rounding step of the
-    target's logit and of the largest logit), which covers what a fixed floor could not: a logit one
-    bf16 step apart is 0.0625 at |z| ≥ 8, past the 0.05 per-token floor that once rejected an honest
-    rollout of the default model in a demo. The floor (0.025, 0.125 for the maximum) is what remains
-    for an engine's other numerics."""
+    The sampling check's margin is the farthest an honest token's uniform lay outside its interval
+    (the engine's logits against the full forward's), times ``factor``, above the configured margin:
+    0 on the default model, ≈ 0.03 on the 24M one, whose honest drift is dense; a temperature-0.8
+    sampler still puts 17% of its tokens beyond that (docs/PROOF.md).
+
+    The floors hold where calibration sees no drift at all (every node on one engine, as in the
+    demo): ``fp_floor`` (0.006) bounds the batch's 90th-percentile per-position fingerprint error, above
+    one bf16 step (2⁻⁸ ≈ 0.004) and below the default model's cheaper copies (int8 ≥ 0.0058 per group);
+    ``fp_rollout_floor`` (0.05) bounds one rollout's rms, above the 0.016–0.030 that one honest
+    position rounded the other way gives a 1–4-token rollout and below another model's ≈ 0.14;
+    ``lp_floor`` / ``lp_max_floor`` (0.05 / 0.5) bound the logprob errors left after the per-token bf16
+    rounding allowance (``recompute.rounding_allowance``), gross lies only: what a lie below them can do
+    is bounded by the trainer."""
     n_prompts = n_prompts or min(base.groups_per_batch or 4, 16)
     group_size = group_size or base.group_size or 8
     loose = dataclasses.replace(
@@ -65,7 +68,7 @@ def calibrate(
         sampling_alpha=0.0,
         groups_per_batch=None,  # its own batches of n_prompts groups
     )
-    worst = {"fp_quantile": 0.0, "fp_rollout": 0.0, "lp_max": 0.0, "sampling_misses": 0.0}
+    worst = {"fp_quantile": 0.0, "fp_rollout": 0.0, "lp_max": 0.0, "sampling_misses": 0.0, "sampling_dist": 0.0}
     # a whole batch in one engine call (as a miner makes it) and one row at a time, each judged the
     # way a live batch is: only the picked rollouts recomputed, so the forward's rows differ
     for bs, seed in ((group_size * n_prompts, 8), (1, 7)):
@@ -86,11 +89,13 @@ def calibrate(
         worst["fp_rollout"] = max(worst["fp_rollout"], s.fingerprint_err_max)
         worst["lp_max"] = max(worst["lp_max"], s.logprob_err_max)
         worst["sampling_misses"] = max(worst["sampling_misses"], s.sampling_misses)
+        worst["sampling_dist"] = max(worst["sampling_dist"], s.sampling_dist_max)
     cfg = dataclasses.replace(
         base,
         fingerprint_tol=max(fp_floor, factor * worst["fp_quantile"]),
         fingerprint_tol_rollout=max(fp_rollout_floor, factor * worst["fp_rollout"]),
         logprob_tol_mean=max(lp_floor, factor * worst["lp_max"] / 2),
         logprob_tol_max=max(lp_max_floor, max_factor * worst["lp_max"]),
+        sampling_margin=max(base.sampling_margin, factor * worst["sampling_dist"]),
     )
     return cfg, worst

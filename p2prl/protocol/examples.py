@@ -33,6 +33,23 @@ TRAINER = Identity(bytes([1]) * 32)
 VALIDATOR = Identity(bytes([2]) * 32)
 MINER = Identity(bytes([3]) * 32)
 WRAP = 96  # hex characters per line in the spec
+# the libp2p peer ids of the trainer's and the miner's keys (a test derives them again)
+TRAINER_PEER_ID = "12D3KooWK99VoVxNE7XzyBwXEzW7xhK7Gpv85r9F3V3fyKSUKPH5"
+MINER_PEER_ID = "12D3KooWRndVhVZPCiQwHBBBdg769GyrPUW13zxwqQyf9r3ANaba"
+# the built-in model as `p2prl network init` describes it (a test rebuilds it and compares): the
+# genesis example is one a node would run
+BUILTIN_MODEL = ModelSpec(
+    name="p2prl-tiny-addition-v3",
+    source="builtin",
+    architecture="Qwen2ForCausalLM",
+    dtype="bfloat16",
+    parameters=138_112,
+    weights_hash="93806ea9a7408c861830a120c9b2d9a205ffca9f6d2c371b00b33cc61cee1bf1",
+    config_sha256="d2f1a3dfa7e1615ecf0c641c0718e1a1aea14e30701fc979ecc376197483bd1f",
+    tokenizer_sha256="25e2dab26aa5690b06fe911e17ccc734e9e0617b1a4804429db03f46f466fcad",
+    files_sha256="",
+    files_size=0,
+)
 
 
 @dataclass(frozen=True)
@@ -61,24 +78,13 @@ def examples() -> Iterator[Example]:
             Genesis(
                 network_id=NETWORK,
                 trainer=TRAINER.public_hex,
-                model=ModelSpec(
-                    name="p2prl-tiny-addition-v2",
-                    source="builtin",
-                    architecture="Qwen2ForCausalLM",
-                    dtype="bfloat16",
-                    parameters=138_000,
-                    weights_hash=_h("weights v0"),
-                    config_sha256=_h("config.json"),
-                    tokenizer_sha256=_h("tokenizer files"),
-                    files_sha256="",
-                    files_size=0,
-                ),
+                model=BUILTIN_MODEL,
                 prompt=PromptSpec(),
                 task=TaskSpec(name="addition", params={"digits": 2}),
                 generation=GenerationSpec(stop_token_ids=(1,)),
                 patch=PatchSpec(),
                 validators=(VALIDATOR.public_hex,),
-                bootstrap=("/ip4/192.0.2.1/tcp/4001/p2p/12D3KooWExample",),
+                bootstrap=(f"/ip4/192.0.2.1/tcp/4001/p2p/{TRAINER_PEER_ID}",),
                 s3=None,
                 max_staleness=4,
                 created_ms=CREATED_MS,
@@ -137,7 +143,7 @@ def examples() -> Iterator[Example]:
             Heartbeat(
                 role="miner",
                 version=7,
-                peer_id="12D3KooWExample",
+                peer_id=MINER_PEER_ID,
                 addrs=("/ip4/192.0.2.7/tcp/4001",),
                 holds=(patch_ref.id,),
                 stats={"rollouts": 16},
@@ -172,6 +178,12 @@ def render() -> str:
         f"{CREATED_MS}, and three fixed keys (the seed is 32 repeated bytes):",
         "",
         keys,
+        "",
+        f"The genesis names the built-in model `{BUILTIN_MODEL.name}` as `p2prl network init` describes it",
+        "here (its weights hash is that of the build on this project's machines; another CPU or torch build",
+        "may give another, and its `config.json` follows the transformers version), and the trainer's",
+        f"address as bootstrap peer: `{TRAINER_PEER_ID}` is the trainer key's libp2p peer id (the",
+        f"miner's, in its heartbeat, is `{MINER_PEER_ID}`).",
         "",
     ]
     for ex in examples():

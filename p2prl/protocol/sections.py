@@ -12,7 +12,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from p2prl.protocol.blobs import BlobRef
+from p2prl.protocol.blobs import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, BlobRef
 from p2prl.protocol.fields import bad_body, check_hex
 
 MAX_STR = 4096  # system prompts can be a paragraph; everything else is far shorter
@@ -136,6 +136,9 @@ class ModelSpec:
             check_hex(getattr(self, name), nbytes, name)
         if self.files_sha256:
             check_hex(self.files_sha256, 32, "files_sha256")
+        if self.source == "builtin" and (self.files_sha256 or self.files_size):
+            # every node rebuilds the built-in model's files: a files blob would be fetched for nothing
+            raise ValueError("a builtin model has files_sha256 \"\" and files_size 0")
 
 
 @dataclass(frozen=True)
@@ -222,8 +225,8 @@ class PatchSpec:
     def __post_init__(self) -> None:
         if not 1 <= self.anchor_interval <= 100_000:
             raise ValueError("anchor_interval must be in 1..100000")
-        if not 1 <= self.chunk_size <= 64 * 1024 * 1024:
-            raise ValueError("chunk_size must be in 1..64 MiB")
+        if not MIN_CHUNK_SIZE <= self.chunk_size <= MAX_CHUNK_SIZE:  # what a BlobRef may carry
+            raise ValueError(f"chunk_size must be in {MIN_CHUNK_SIZE}..{MAX_CHUNK_SIZE} (16 KiB..16 MiB)")
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,15 @@
 The trainer never waits on it: ``sample`` returns what is there (possibly fewer than asked, possibly
 nothing). Groups are preferred the fresher they are — weight ``0.5 ** (staleness / half_life)`` with
 ``staleness = trainer_version − group.version`` — and dropped once ``staleness > max_staleness``.
-Memory is bounded by ``capacity_groups``: when full, the miner holding the most groups loses its
-stalest one. Sampling is fair across miners: each batch takes groups round-robin over the miners
-present (each miner's own groups by staleness weight), so one miner flooding fresh groups can
-neither push the others out nor fill whole training batches.
+Memory is bounded by ``capacity_groups``: when full, a group of the stalest version goes, picked
+at random among them.
+
+Neither sampling nor eviction looks at which key mined a group. Every group here was accepted by a
+genesis validator, so a group is a unit of verified work, and a miner's share of a training batch is
+its share of the (staleness-weighted) accepted groups held: splitting the same work over many keys
+changes nothing (keys are free), and a key with no accepted group has no share. Fairness per key
+(round-robin over miners) gave an operator with 20% of the groups spread over 64 keys 63 of the 64
+groups of a batch.
 """
 
 from __future__ import annotations
@@ -47,23 +52,23 @@ class ReplayBuffer:
         return float(0.5 ** (staleness / self.half_life))
 
     def add(self, group: RolloutGroup) -> bool:
-        """Store a group; when full, the stalest group of the miner holding most (perhaps this one) goes.
+        """Store a group; when full, one group of the stalest version (perhaps this one) goes, at random.
 
-        Returns False when the group itself was dropped (already too stale, or that stalest one).
+        Returns False when the group itself was dropped (already too stale, or the one picked).
         """
         with self._lock:
             if self._trainer_version - group.version > self.max_staleness:
                 self.evicted_stale += 1
                 return False
             if len(self._groups) >= self.capacity_groups:
-                held = Counter(g.miner for g in self._groups)
-                held[group.miner] += 1
-                top = max(held.values())
-                mine = [j for j, g in enumerate(self._groups) if held[g.miner] == top]
-                i = min(mine, key=lambda j: self._groups[j].version) if mine else -1
-                if i < 0 or (held[group.miner] == top and self._groups[i].version > group.version):
+                oldest = min(g.version for g in self._groups)
+                stalest = [j for j, g in enumerate(self._groups) if g.version == oldest]
+                if group.version < oldest or (
+                    group.version == oldest and self._rng.randrange(len(stalest) + 1) == len(stalest)
+                ):
                     self.dropped_full += 1
                     return False
+                i = self._rng.choice(stalest)
                 self._groups[i] = self._groups[-1]
                 self._groups.pop()
                 self.dropped_full += 1
@@ -84,25 +89,22 @@ class ReplayBuffer:
         return n
 
     def sample(self, trainer_version: int, n: int, consume: bool = True) -> list[RolloutGroup]:
-        """Up to ``n`` distinct groups drawn without replacement, fair across miners (never blocks).
+        """Up to ``n`` distinct groups drawn without replacement by staleness weight (never blocks).
 
         Evicts stale groups first. Groups claiming a version newer than ``trainer_version`` are skipped.
-        Each group gets a weighted random key ``u ** (1 / w)`` (Efraimidis–Spirakis); miners then
-        give one group each per round, their highest keys first, until ``n`` are taken.
+        Each group gets a weighted random key ``u ** (1 / w)`` (Efraimidis–Spirakis) and the ``n``
+        highest keys are taken: which key mined a group plays no part, so a miner's expected share
+        is its share of the staleness-weighted groups held.
         """
         with self._lock:
             self._evict_locked(trainer_version)
-            per_miner: dict[str, list[tuple[float, int]]] = {}
+            keyed: list[tuple[float, int]] = []
             for i, g in enumerate(self._groups):
                 w = self.weight(trainer_version - g.version)
                 if w > 0:
-                    per_miner.setdefault(g.miner, []).append((self._rng.random() ** (1.0 / w), i))
-            lists = [sorted(v, reverse=True) for v in per_miner.values()]
-            keyed: list[tuple[int, float, int]] = []  # (round, key, index): round-robin over miners
-            for lst in lists:
-                keyed.extend((-r, k, i) for r, (k, i) in enumerate(lst[: max(n, 0)]))
+                    keyed.append((self._rng.random() ** (1.0 / w), i))
             keyed.sort(reverse=True)
-            chosen = sorted(i for _, _, i in keyed[: max(n, 0)])
+            chosen = sorted(i for _, i in keyed[: max(n, 0)])
             out = [self._groups[i] for i in chosen]
             if consume and chosen:
                 drop = set(chosen)

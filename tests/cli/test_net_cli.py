@@ -30,6 +30,9 @@ def test_peers_json_lists_the_dialled_node(provider) -> None:
     assert [p["peer_id"] for p in info["peers"] if p["connected"]] == [provider.peer_id]
     bad = CliRunner().invoke(app, ["peers", "--connect", "/ip4/127.0.0.1/tcp/9/p2p/" + provider.peer_id])
     assert bad.exit_code == 1
+    # what is wrong, in words: not libp2p's exception
+    assert "nothing listens on 127.0.0.1:9 (connection refused)" in bad.output, bad.output
+    assert "Error" not in bad.output and "Traceback" not in bad.output
 
 
 def test_blob_get_from_signed_manifest_and_json_ref(provider, tmp_path) -> None:

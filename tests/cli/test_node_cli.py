@@ -33,6 +33,16 @@ def test_node_help_lists_every_setting() -> None:
     assert "P2PRL_DATA_DIR" in res.output and "--config" in res.output
 
 
+def test_node_help_fits_80_columns() -> None:
+    res = runner.invoke(app, ["node", "--help"], env={"COLUMNS": "80"})
+    assert res.exit_code == 0
+    lines = res.output.splitlines()
+    assert len(lines) < 130 and max(map(len, lines)) <= 80, len(lines)  # was 295 lines, names cut
+    assert "<bool>" not in res.output and "--calibrate-tolerances / --no-calibrate-tolerances" in res.output
+    for name in NodeConfig.__dataclass_fields__:
+        assert "--" + name.replace("_", "-") in res.output, name
+
+
 def test_node_needs_network(tmp_path: Path) -> None:
     res = runner.invoke(app, ["node", "--data-dir", str(tmp_path)], env={})
     assert res.exit_code == 2 and "network" in res.output
@@ -124,3 +134,21 @@ def test_network_init_pins_task_params_and_data_hash(tmp_path: Path, model_cache
         "params": {"path": str(data), "max_records": 5, "data_sha256": file_sha256(data)},
         "data_sha256": file_sha256(data),  # the task_data asset: a node without the file fetches it
     }
+
+
+def test_network_init_refuses_bad_bootstrap_and_warns_without_validators(
+    tmp_path: Path, model_cache: Path
+) -> None:
+    from p2prl.net.identity import peer_id_for
+
+    g = tmp_path / "genesis.json"
+    base = ["network", "init", "--out", str(g), "--key", str(tmp_path / "t.key")]
+    base += ["--model-cache", str(model_cache)]
+    for bad in ("127.0.0.1:4001", "/ip4/127.0.0.1/tcp/4001", "/ip4/127.0.0.1/tcp/99999/p2p/" + "a" * 46):
+        res = runner.invoke(app, [*base, "--bootstrap", bad])
+        assert res.exit_code == 1 and "is not a multiaddr like" in res.output, res.output
+        assert not g.exists()
+    peer = peer_id_for(Identity.generate())
+    res = runner.invoke(app, [*base, "--bootstrap", f"/ip4/127.0.0.1/tcp/4001/p2p/{peer}"])
+    assert res.exit_code == 0 and g.exists(), res.output
+    assert "warning: no --validator" in res.output  # legal, but that network can never train

@@ -70,3 +70,14 @@ def test_transfer_progress_completes_only_on_success() -> None:
         on_progress(1024, 4096)
         raise TimeoutError
     assert "1.0/4.1 kB" in buf.getvalue()
+
+
+def test_status_takes_a_data_directory(validator, tmp_path) -> None:
+    d = tmp_path / "node"
+    d.mkdir()
+    r = CliRunner().invoke(app, ["status", str(d)])
+    assert r.exit_code == 1 and "no readable status.port" in r.output
+    (d / "status.port").write_text(f"{validator.port}\n")
+    r = CliRunner().invoke(app, ["status", str(d), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["role"] == "validator"

@@ -77,3 +77,23 @@ def test_del_is_escaped_and_a_raw_del_is_refused():
     assert canonical_bytes("a\x7fb") == b'"a\\u007fb"'
     with pytest.raises(CanonicalError):
         canonical_loads(b'"a\x7fb"')
+
+
+def _nested(n: int, inner: object) -> object:
+    for _ in range(n):
+        inner = [inner]
+    return inner
+
+
+@pytest.mark.parametrize(
+    ("n", "inner", "ok"),
+    [(16, 1, True), (17, 1, False), (16, [], True), (17, [], False)],  # n arrays around inner
+)
+def test_depth_is_counted_as_the_spec_says(n, inner, ok):
+    """§1: a value's depth is the number of arrays and objects around it, at most 16."""
+    data = json.dumps(_nested(n, inner), separators=(",", ":")).encode()
+    if ok:
+        assert canonical_loads(data) == _nested(n, inner)
+    else:
+        with pytest.raises(CanonicalError, match="nesting"):
+            canonical_loads(data)

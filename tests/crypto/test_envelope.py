@@ -101,6 +101,38 @@ def test_replay_guard():
     assert len(g._seen) == 2  # bounded
 
 
+def test_replay_recognised_after_a_many_key_flood():
+    """Item 25: envelopes from 1,000 fresh keys fill the guard's memory (shrunk to 64); a replay of
+    an earlier honest envelope, still inside the age window, must be refused (an LRU forgot it and
+    let it through), while envelopes created after the flood still pass."""
+    g = ReplayGuard(max_age_s=600, max_skew_s=60, capacity=64)
+    now = int(time.time() * 1000)
+    honest = open_envelope(seal(ALICE, "n", "rollout", {"created_ms": now, "i": 0}), "n")
+    g.check(honest, now_ms=now)
+    for i in range(1000):
+        junk = open_envelope(
+            seal(Identity.generate(), "n", "rollout", {"created_ms": now + 1 + i // 10}), "n"
+        )
+        g.check(junk, now_ms=now + 1 + i // 10)
+    later = now + 30_000
+    assert reason(lambda: g.check(honest, now_ms=later)) in ("replayed", "stale")
+    assert len(g._seen) == 64
+    fresh = open_envelope(seal(ALICE, "n", "rollout", {"created_ms": later, "i": 1}), "n")
+    g.check(fresh, now_ms=later)
+    assert reason(lambda: g.check(fresh, now_ms=later + 1)) == "replayed"
+
+
+def test_replay_memory_expires_with_the_window():
+    g = ReplayGuard(max_age_s=10, max_skew_s=1, capacity=4)
+    now = int(time.time() * 1000)
+    for i in range(4):
+        g.check(open_envelope(seal(ALICE, "n", "heartbeat", {"created_ms": now, "i": i}), "n"), now_ms=now)
+    g.check(
+        open_envelope(seal(ALICE, "n", "heartbeat", {"created_ms": now + 11_000}), "n"), now_ms=now + 11_000
+    )
+    assert len(g._seen) == 1 and g.watermark == -1  # the old ones left with their window, not over the bound
+
+
 def test_framing_is_checked_before_the_type():
     """The documented order: size, magic, framing, type — a truncated envelope is `truncated`
     whatever its type bytes say."""

@@ -56,6 +56,11 @@ def test_key_file_roundtrip_and_permissions(tmp_path):
         "not json",
         json.dumps({"format": "other", "seed": "00" * 32}),
         json.dumps({"format": "p2prl-ed25519-seed-v1", "seed": "zz"}),
+        # the seed's one spelling is 64 lowercase hex (as the public key's): no other is taken
+        json.dumps({"format": "p2prl-ed25519-seed-v1", "seed": "AB" * 32}),
+        json.dumps({"format": "p2prl-ed25519-seed-v1", "seed": " " + "ab" * 32}),
+        json.dumps({"format": "p2prl-ed25519-seed-v1", "seed": "ab " * 32}),
+        json.dumps({"format": "p2prl-ed25519-seed-v1", "seed": 7}),
     ],
 )
 def test_malformed_key_files(tmp_path, content):

@@ -17,7 +17,7 @@ import pytest
 
 from p2prl.demo import progress_line
 
-PROGRESS = re.compile(r"^\[ *\d+ s\] trainer v\d+ \(\d+ published\) \| miners v[\d,?]+, \d+/\d+ in sync \|")
+PROGRESS = re.compile(r"^\[ *\d+ s\] trainer v\d+ \(\d+ published\) \| miners v[\d,?]+, \d+/\d+ in sync(, \d+ one version behind)? \|")
 
 
 def test_progress_line_reports_versions_sync_and_reward() -> None:
@@ -42,6 +42,9 @@ def test_progress_line_reports_versions_sync_and_reward() -> None:
     assert "miners v7,?, 1/2 in sync" in line
     assert "accepted 40 rejected 3" in line
     assert "reward 0.450 (v7)" in line  # rollout-weighted over the last three versions
+    statuses["miner2"] = {"version": 6}
+    line = progress_line(12.4, statuses, ["trainer", "validator", "miner1", "miner2"])
+    assert "miners v7,6, 1/2 in sync, 1 one version behind |" in line and PROGRESS.match(line), line
     empty = progress_line(0.0, {"trainer": None}, ["trainer", "miner1"])
     assert "reward -" in empty and "0/1 in sync" in empty
 

@@ -216,7 +216,11 @@ def test_healthcheck_probes_a_real_status_server(dockerfile: Path) -> None:
     assert cmd[0] == "python"
     cmd[0] = sys.executable
 
-    server = StatusServer(NodeStatus("miner", "00" * 32, "net"), host="127.0.0.1", port=0).start()
+    # the image binds the status endpoint where its health check probes it, and nowhere else
+    assert env_defaults["P2PRL_STATUS_HOST"] == "127.0.0.1"
+    server = StatusServer(
+        NodeStatus("miner", "00" * 32, "net"), host=env_defaults["P2PRL_STATUS_HOST"], port=0
+    ).start()
     env = {**os.environ, **env_defaults, "P2PRL_STATUS_PORT": str(server.port)}
     try:
         ok = subprocess.run(cmd, env=env, capture_output=True, timeout=30)

@@ -192,7 +192,8 @@ def test_miner_container_joins_a_host_network(
             sup.spawn(role, args)
         run = ["run", "-d", "--name", name, "-v", f"{keys}:/keys", "-v", f"{data}:/data"]
         run += ["-v", f"{genesis}:/genesis.json:ro", "-v", f"{model}:/model:ro"]
-        run += ["-p", f"127.0.0.1:{sport['miner']}:8080", image, "node", "--role", "miner"]
+        run += ["-p", f"127.0.0.1:{sport['miner']}:8080", "-e", "P2PRL_STATUS_HOST=0.0.0.0"]
+        run += [image, "node", "--role", "miner"]
         run += [
             "--network",
             "/genesis.json",

@@ -78,3 +78,15 @@ def test_bootstrap_of_another_network(
     assert _wait(lambda: node.stats().get("bootstrap_foreign", 0) == 1, 30)
     msg = next(r.getMessage() for r in caplog.records if "another network" in r.getMessage())
     assert "othernet" in msg and "genesis" in msg, msg
+
+
+def test_an_invalid_bootstrap_address_is_reported_once_and_skipped(
+    make_node: Callable[..., P2PNode], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="p2prl.net.node")
+    node = make_node("b", config=NetConfig(bootstrap=["/ip4/127.0.0.1/tcp/4001"]))  # no /p2p/<peer id>
+    assert _wait(lambda: node.stats().get("bootstrap_failures", 0) >= 1, 10)
+    time.sleep(3.5)  # retries would come at 1 s and 2 s
+    msgs = [r.getMessage() for r in caplog.records if "bootstrap peer" in r.getMessage()]
+    assert node.stats()["bootstrap_failures"] == 1 and len(msgs) == 1, msgs
+    assert "not a valid address" in msgs[0] and msgs[0].endswith("skipped")

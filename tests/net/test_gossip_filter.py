@@ -88,3 +88,20 @@ def test_token_bucket_refills() -> None:
     b = TokenBuckets(rate=10.0, burst=2)
     assert b.allow("k", 0.0) and b.allow("k", 0.0) and not b.allow("k", 0.0)
     assert b.allow("k", 0.1)
+
+
+def test_a_burst_of_drops_is_one_warning_a_minute_and_every_drop_counted(caplog) -> None:
+    import logging
+
+    f, c, _, _ = make()
+    with caplog.at_level(logging.DEBUG, logger="p2prl.net.gossip"):
+        for i in range(50):
+            f.drop("stale", f"peer{i}", "created 400000 ms ago")
+        f.drop("wrong_topic", "peerX")
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 2 and "stale" in warned[0] and "wrong_topic" in warned[1]
+    assert c.get("dropped.stale") == 50
+    f._warned["stale"] -= 61  # a minute later: the next one warns and says how many were held back
+    f.drop("stale", "peerY")
+    assert caplog.records[-1].levelno == logging.WARNING
+    assert "(49 more since the last warning)" in caplog.records[-1].getMessage()

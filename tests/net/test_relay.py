@@ -73,3 +73,72 @@ def test_relay_stops_past_a_peers_byte_budget(make_node: Callable[..., P2PNode])
     assert _wait(lambda: r.stats().get("relay.peer_budget", 0) >= 1, 15)
     assert r.relay_stats()["carried"].get(b.peer_id, 0) <= 2000
     assert _wait(lambda: b.peer_id not in a.connections(), 15)  # the circuit is closed
+
+
+def _reserve(n: P2PNode, relay: P2PNode) -> bool:
+    n.connect(relay.addrs[0])
+    return bool(n._call(n._relay_client.reserve, relay.peer_id, n._nursery, 10.0))
+
+
+def test_throwaway_peer_ids_cannot_hold_a_relays_slots(make_node: Callable[..., P2PNode]) -> None:
+    """Item 26: throwaway peer ids reserve every slot of a relay (8 here) and leave; an honest NATed
+    peer must still get one (the slots stayed held until their 600 s TTL)."""
+    r = make_node("r", config=NetConfig(relay=RelayBounds(max_reservations=8)))
+    throwaway = [make_node(f"t{i}") for i in range(8)]
+    for t in throwaway:
+        _reserve(t, r)
+    for t in throwaway:
+        t.stop()
+    honest = make_node("honest")
+    assert _wait(lambda: _reserve(honest, r), 15), "an honest peer was refused a slot"
+
+
+def test_slots_freed_on_disconnect_and_capped_per_address(make_node: Callable[..., P2PNode]) -> None:
+    r = make_node("r", config=NetConfig(relay=RelayBounds(max_reservations=8, per_ip=2)))
+    a, b, c = (make_node(n) for n in "abc")
+    assert _reserve(a, r) and _reserve(b, r)
+    assert not _reserve(c, r)  # a third slot from 127.0.0.1
+    assert r.stats().get("relay.slot_refused.per_ip") == 1
+    a.stop()
+    assert _wait(lambda: _reserve(c, r), 15)  # a's slot went with its connection
+
+
+def test_a_full_relay_makes_room_for_a_peer_with_standing(make_node: Callable[..., P2PNode]) -> None:
+    bounds = RelayBounds(max_reservations=2, per_ip=8, per_subnet=8)
+    r = make_node("r", config=NetConfig(relay=bounds))
+    a, b, c, d = (make_node(n) for n in "abcd")
+    assert _reserve(a, r) and _reserve(b, r)
+    assert not _reserve(c, r)  # full, and c has no standing
+    r.add_standing([d.peer_id])  # seen in verdicts or scores
+    assert _reserve(d, r)
+    assert r.stats().get("relay.slot_taken_for_standing") == 1
+    assert r.stats().get("relay.slot_refused.full") == 1
+
+
+def test_validators_verdicts_give_standing(make_node: Callable[..., P2PNode]) -> None:
+    """The pump hands the relay the peers a genesis validator vouched for: the validator and a miner
+    whose batch it accepted (from a real signed Verdict)."""
+    import threading
+    from types import SimpleNamespace
+
+    from p2prl.bench.arena import delivered
+    from p2prl.crypto.keys import Identity
+    from p2prl.net import peer_id_for
+    from p2prl.node.pump import Pump
+    from p2prl.protocol.messages import GroupVerdict, Verdict
+
+    r = make_node("r", config=NetConfig(relay=RelayBounds()))
+    validator, miner, junk = Identity.generate(), Identity.generate(), Identity.generate()
+    ctx = SimpleNamespace(
+        net=r, stop=threading.Event(), config=SimpleNamespace(local_network=True, relay_service=True)
+    )
+    ctx.status = SimpleNamespace(incr=lambda *a: None)
+    pump = Pump(ctx, {}, list, int)  # type: ignore[arg-type]
+    for who, ok in ((miner, True), (junk, False)):
+        v = Verdict(
+            "ab" * 32, who.public_hex, 0, (GroupVerdict(0, ok, "ok" if ok else "fingerprint"),), "cd" * 32
+        )
+        pump._note_standing(delivered(validator, v))
+    standing = set(r._relay.standing)
+    assert {peer_id_for(validator), peer_id_for(miner)} <= standing
+    assert peer_id_for(junk) not in standing

@@ -119,6 +119,12 @@ class LocalHost:
     def add_provider_hint(self, blob_id: str, peer_id: str) -> None:
         self.hints.setdefault(blob_id, []).append(peer_id)
 
+    def add_standing(self, peer_ids: list[str]) -> None:
+        pass  # no relay or dialer here
+
+    def has_standing(self, peer_id: str) -> bool:
+        return False
+
     # -- NetPort
     def poll(self, timeout: float = 0.0) -> list[Incoming]:
         with self._cond:

@@ -116,3 +116,26 @@ def test_spec_checks() -> None:
         genesis(t, group_size=1)
     with pytest.raises(ValueError, match="neither"):
         genesis_from_spec(NetworkSpec(validators=["nope"]), t, MODEL)
+
+
+def test_every_refused_rule_prints_its_reason_code() -> None:
+    """A genesis broken by a rule past its schema is refused with a reason code like any other."""
+    t = Identity.generate()
+    body = genesis(t).genesis.to_body()
+    cases = {
+        # signed for net-a, the body says net-b
+        "bad_network": seal(t, "net-a", "genesis", {**body, "network_id": "net-b"}),
+        # signed by another key than the trainer it names
+        "unknown_signer": seal(Identity.generate(), "net-a", "genesis", body),
+        # names a task data blob it does not list as an asset
+        "bad_body": seal(t, "net-a", "genesis", {**body, "task": {**body["task"], "data_sha256": "aa" * 32}}),
+    }
+    for reason, raw in cases.items():
+        with pytest.raises(GenesisError, match=f"^genesis rejected: {reason}: ") as e:
+            verify_genesis_bytes(raw, "net-a")
+        assert e.value.reason == reason
+    with pytest.raises(GenesisError, match=r"^genesis rejected: unknown_signer: ") as e:
+        verify_genesis_bytes(genesis(t).envelope, "net-a", expected_trainer=Identity.generate().public_hex)
+    with pytest.raises(GenesisError, match=r"^genesis rejected: bad_signature: ") as e:
+        verify_genesis_bytes(genesis(t).envelope, "net-b")
+    assert e.value.reason == "bad_signature"

@@ -70,6 +70,9 @@ def test_local_copy_checked_against_genesis(
     # no --model, nothing cached, no peer holding the files and no S3: it never starts on nothing
     with pytest.raises(NodeStartError, match="cannot fetch model_files"):
         start_node(net.config("miner1", model_cache=tmp_path / "empty", fetch_timeout_s=2.0))
+    # the trainer is the files' source: without --model it says so at once instead of waiting
+    with pytest.raises(NodeStartError, match="is not on this machine: pass --model DIR"):
+        start_node(net.config("trainer", model_cache=tmp_path / "empty"))
 
 
 @pytest.fixture

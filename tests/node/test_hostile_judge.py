@@ -98,6 +98,30 @@ def test_forced_rejudgement(arena: Arena) -> None:
     assert score(v, honest) > 0, "the honest miner was zeroed by a re-judgement"
 
 
+def test_forced_rejudgement_many_keys(arena: Arena) -> None:
+    """Item 25: the same flood with a fresh key per junk batch (one judged batch each) must not make
+    the honest miner's pair the one forgotten. The memory is shrunk to 64 entries."""
+    honest = Identity.generate()
+    v = arena.validator
+    _, ann = arena.mine(honest)
+    v.check(arena.announce(honest, ann))
+    before = score(v, honest)
+    assert before > 0
+    v.jq.judged.capacity, old = 64, v.jq.judged.capacity
+    try:
+        for _ in range(65):
+            junk = os.urandom(200)
+            ref = blob_ref_for(junk, chunk_size=64 * 1024)
+            v.ctx.store.put(junk, expected_id=ref.id)
+            v.check(arena.announce(Identity.generate(), dataclasses.replace(ann, blob=ref)))
+        replay = arena.announce(honest, dataclasses.replace(ann, created_ms=ann.created_ms + 9))
+        v.on_announcement(replay)
+        judge_all(v)
+    finally:
+        v.jq.judged.capacity = old
+    assert score(v, honest) == before, "the honest miner was zeroed by a re-judgement"
+
+
 def test_hard_failure_vetoes(arena: Arena) -> None:
     """Item 9: one validator accepts, the other finds a hard failure: the trainer must not train on it."""
     miner = Identity.generate()

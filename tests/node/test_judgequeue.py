@@ -69,3 +69,21 @@ def test_a_signer_in_flight_waits_so_its_batches_are_judged_in_order() -> None:
     assert q.next(0, skip=busy).envelope.signer == other.public_key
     assert q.next(0, skip=busy) is None  # the miner's second batch waits for its first
     assert q.next(0) is second
+
+
+def test_many_keys_cannot_evict_honest_judged_pairs() -> None:
+    """Item 25: judged pairs of a miner in good standing survive any number of keys with one junk
+    batch each (evicting from the signer holding most made the honest miner every victim)."""
+    q = JudgeQueue(max_staleness=4)
+    q.judged.capacity = 64
+    honest = Identity.generate()
+    mine = [announcement(honest, i) for i in range(12)]
+    for item in mine:
+        q.judged_ok(item, accepted=True, hard_failure=False)
+    for n in range(256):  # fresh keys, one junk batch each, judged (hard failures)
+        junk = announcement(Identity.generate(), 1000 + n)
+        q.judged_ok(junk, accepted=False, hard_failure=True)
+    assert len(q.judged) == 64
+    assert all(q.offer(item) == "duplicate_announcement" for item in mine)
+    q.judged.prune(5)  # their window ends: now they go
+    assert all(q.offer(item) is None for item in mine[:8])

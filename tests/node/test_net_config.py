@@ -33,3 +33,16 @@ def test_net_config_per_role(tmp_path: Path, model_cache: Path) -> None:
     assert net_config(cfg("miner"), sg, me).max_upload_bytes_per_s == 0.0
     assert m.bootstrap == []  # its own address is not dialled
     assert net_config(cfg("miner"), sg, Identity.generate()).bootstrap == [boot + peer_id_for(me)]
+
+
+def test_local_network_hint_for_loopback_and_private_bootstrap_peers() -> None:
+    from p2prl.node.netsettings import local_network_hint
+
+    pid = "12D3KooWJHo1AfEBCvqXuEpFhTzoLr4dpkWkfJ4GoRrDR9cddL2X"
+    off, on = NodeConfig(), NodeConfig(local_network=True)
+    for host in ("127.0.0.1", "192.168.1.20", "10.0.0.5", "::1"):
+        proto = "ip6" if ":" in host else "ip4"
+        hint = local_network_hint(off, [f"/{proto}/{host}/tcp/4001/p2p/{pid}"])
+        assert hint is not None and "--local-network" in hint and host in hint
+        assert local_network_hint(on, [f"/{proto}/{host}/tcp/4001/p2p/{pid}"]) is None
+    assert local_network_hint(off, [f"/ip4/93.184.216.34/tcp/4001/p2p/{pid}", f"/dns4/x.org/tcp/1/p2p/{pid}"]) is None

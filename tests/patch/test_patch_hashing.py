@@ -59,3 +59,43 @@ def test_file_hash_rejects_garbage(tmp_path):
         except PatchError:
             continue
         raise AssertionError(f"accepted {data!r}")
+
+
+def _raw_spec_hash(state):
+    """§4's stream over RawTensors, written out here (the module's hash refuses what is tested)."""
+    h = blake3.blake3(b"p2prl/weights/v1\x00" + struct.pack("<I", len(state)))
+    for name in sorted(state, key=lambda s: s.encode()):
+        t, nb = state[name], name.encode()
+        h.update(struct.pack("<I", len(nb)) + nb + bytes([len(t.dtype)]) + t.dtype.encode())
+        h.update(bytes([len(t.shape)]) + struct.pack(f"<{len(t.shape)}Q", *t.shape))
+        h.update(struct.pack("<Q", t.data.nbytes) + t.data.tobytes())
+    return h.hexdigest()
+
+
+def test_bool_elements_are_zero_or_one(tmp_path):
+    """A BOOL byte other than 0 or 1 would give one truth value two bit patterns and two hashes: the
+    weights hash, a safetensors file's hash and a patch's result all refuse it (all took it)."""
+    import numpy as np
+    import pytest
+
+    from p2prl.patch.apply import apply_patch
+    from p2prl.patch.dtypes import RawTensor
+    from p2prl.patch.encode import PatchEncoder
+
+    def state(*bits):
+        return {"mask": RawTensor("BOOL", (len(bits),), np.array(bits, np.uint8))}
+
+    good, bad = state(0, 1, 0, 1), state(0, 1, 2, 1)
+    assert weights_hash(good) == _raw_spec_hash(good)
+    with pytest.raises(PatchError, match="BOOL"):
+        weights_hash(bad)
+    save_state_file(bad, tmp_path / "bad.safetensors")
+    with pytest.raises(PatchError, match="BOOL"):
+        weights_hash_file(tmp_path / "bad.safetensors")
+    # a patch whose declared result hash is the honest hash of the bad bits still cannot produce them
+    enc = PatchEncoder(good, bad, result_hash=_raw_spec_hash(bad))
+    patch = b"".join(enc.segments())
+    with pytest.raises(PatchError, match="BOOL"):
+        apply_patch(good, patch)
+    fine = state(1, 1, 0, 1)
+    assert weights_hash(apply_patch(good, b"".join(PatchEncoder(good, fine).segments()))) == weights_hash(fine)

@@ -249,7 +249,7 @@ def test_fisher_combination() -> None:
 
 
 def _sampled_world(world: World, k: int) -> World:
-    return dataclasses.replace(world, config=dataclasses.replace(world.config, checked_per_group=k))
+    return dataclasses.replace(world, config=dataclasses.replace(world.config, checked_per_group=k, checked_tokens=0))
 
 
 def test_sampling_recomputes_only_the_picked_rollouts(world: World) -> None:
@@ -406,6 +406,19 @@ def test_cherry_picked_prompt_indices_rejected(world: World) -> None:
     assert R.GROUP_SIZE in _reasons(v.check(q.announcement, MINER, q.blob, VERSION))
 
 
+def test_validator_catching_up_takes_a_version_in_progress_from_its_first_batch(world: World) -> None:
+    """A restarted validator still syncing judges batches of a version it does not hold yet as
+    ``future_version``; that must not make it expect the miner's batches of that version from index
+    0 once it holds it (every later batch would be ``index_gap``: no group accepted, no new version,
+    the network stuck until the miner's state is wiped)."""
+    w = _sized(world)
+    v = w.validator()
+    early = world.mine(indices=(4, 5))
+    assert _reasons(v.check(early.announcement, MINER, early.blob, VERSION - 1)) == {R.FUTURE_VERSION}
+    later = world.mine(indices=(6, 7))  # the miner went on; the validator now holds VERSION
+    assert _reasons(v.check(later.announcement, MINER, later.blob, VERSION)) == {R.OK}
+
+
 def test_check_stats_keep_the_keys_calibration_and_the_benchmark_read() -> None:
     stats = V.CheckStats()
     stats.add_rollout({"fp_rollout": 0.02, "lp_max": 0.1, "dist_logp": -3.0})
@@ -424,3 +437,19 @@ def test_check_stats_keep_the_keys_calibration_and_the_benchmark_read() -> None:
         "rollouts_picked": 0.0,
         "rollouts_recomputed": 2.0,
     }
+
+
+def test_recomputed_rollouts_cover_the_token_target(world: World) -> None:
+    """``checked_tokens``: rounds of one more secret pick per group until the completion tokens
+    recomputed reach the target (every rollout when they never do)."""
+    p = world.mine(indices=(60, 61, 62))
+    tokens = [len(r.completion_ids) for g in p.batch.groups for r in g.rollouts]
+    for target, want_all in ((0, False), (10**6, True)):
+        cfg = dataclasses.replace(world.config, checked_per_group=1, checked_tokens=target)
+        v = dataclasses.replace(world, config=cfg).validator()
+        got = v.check(p.announcement, MINER, p.blob, VERSION).stats.rollouts_recomputed
+        assert got == (len(tokens) if want_all else 3)
+    cfg = dataclasses.replace(world.config, checked_per_group=1, checked_tokens=sum(tokens) // 2)
+    v = dataclasses.replace(world, config=cfg).validator()
+    got = v.check(p.announcement, MINER, p.blob, VERSION).stats.rollouts_recomputed
+    assert 3 < got < len(tokens) and got % 3 == 0

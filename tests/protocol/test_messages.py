@@ -279,3 +279,25 @@ def test_a_full_heartbeat_is_one_every_peer_accepts():
     over = dict(full.to_body(), holds=list(full.holds) * 3)
     with pytest.raises(MessageError):
         Heartbeat.from_body(over)
+
+
+def test_envelope_checks_run_in_the_documented_order():
+    """docs/PROTOCOL.md §2: tlen 0 or 33 is `truncated`; a type's own maximum is checked after the
+    signature, so an oversized heartbeat where another type is expected is `unexpected_type`."""
+    from p2prl.crypto.envelope import MAGIC
+
+    for tlen in (0, 33):
+        raw = MAGIC + bytes([tlen]) + b"a" * 200
+        with pytest.raises(EnvelopeError) as e:
+            decode_message(raw, "n1")
+        assert e.value.reason == "truncated"
+    big = seal(TRAINER, "n1", "heartbeat", {"pad": "x" * (100 * 1024)})
+    with pytest.raises(EnvelopeError) as e:
+        decode_message(big, "n1", expected_type="verdict")
+    assert e.value.reason == "unexpected_type"
+    with pytest.raises(EnvelopeError) as e:
+        decode_message(big, "n1")
+    assert e.value.reason == "oversized"
+    with pytest.raises(EnvelopeError) as e:
+        decode_message(seal(TRAINER, "n1", "nosuchtype", {}), "n1")
+    assert e.value.reason == "unknown_type"

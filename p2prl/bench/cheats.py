@@ -1,0 +1,241 @@
+"""``p2prl bench cheats``: one table, case → accepted/n, judged by a validator at node defaults.
+
+The validator is what ``p2prl node --role validator`` runs with no proof flags: tolerances calibrated
+on its own engine at start, every rollout recomputed, the sampling check on. Every case is a real miner
+built from the same parts with one thing changed: cheaper weights (int8, fp8, a low-rank perturbation),
+older versions, another model of the same shape, a sharpened sampler that still reports honest T=1
+logprobs and hidden states, a batch re-drawn N times with the best kept, or the best samples of a
+larger draw kept. The default model is trained a few GRPO-shaped steps first (the node's learning
+rate), so versions differ as they do in a network.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from p2prl.bench.proof import GROUP_SIZE, ModelSetup, int8_round_trip, manifest_of, setups, train_versions
+from p2prl.proof.batch import build_batch
+from p2prl.proof.calibrate import calibrate
+from p2prl.proof.miner import PreparedBatch, announce, mine_batch, sample_keys
+from p2prl.proof.validate import RolloutValidator, ValidatorConfig
+
+MINER = bytes(range(64, 96))
+GROUPS_PER_BATCH = 16  # the demo genesis' batch shape: 16 groups of 8
+STALE_KS = (1, 2, 4, 8)
+BEST_OF = (2, 4, 16)
+CASES = (
+    "honest",
+    "int8",
+    "fp8",
+    "lowrank_1pct",
+    "lowrank_3pct",
+    *(f"stale_{k}" for k in STALE_KS),
+    "other_model",
+    "temperature_0.6",
+    "temperature_0.8",
+    "top_p_0.8",
+    "greedy",
+    *(f"best_of_{n}" for n in BEST_OF),
+    "best_of_samples",
+)
+
+
+def fp8_round_trip(model: Any) -> Any:
+    """Every matrix through float8 e4m3 and back to bf16."""
+    import torch
+
+    q = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in q.parameters():
+            if p.dim() == 2:
+                p.copy_(p.float().to(torch.float8_e4m3fn).float().to(p.dtype))
+    return q
+
+
+def low_rank(model: Any, frac: float, rank: int = 4, seed: int = 0) -> Any:
+    """Every matrix plus a random rank-``rank`` matrix of ``frac`` of its Frobenius norm."""
+    import torch
+
+    q = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in q.parameters():
+            if p.dim() == 2:
+                a = torch.randn(p.shape[0], rank, generator=g)
+                b = torch.randn(rank, p.shape[1], generator=g)
+                d = a @ b
+                p.copy_((p.float() + d * (frac * p.float().norm() / d.norm())).to(p.dtype))
+    return q
+
+
+def _prove(
+    model: Any, version: int, mh: str, groups: list[tuple[int, list[int], list[Any], list[float]]]
+) -> PreparedBatch:
+    """A batch of the given token sequences with honest T=1 proofs from ``model``: logprobs and hidden
+    states recomputed teacher-forced, as a miner that cheats only in its sampler reports them."""
+    from p2prl.rl.engine import Sample, teacher_forced
+
+    out = []
+    for index, prompt, samples, rewards in groups:
+        proved = []
+        for s in samples:
+            lp, h = teacher_forced(model, prompt, s.completion_ids, 1.0, 1.0)
+            proved.append(Sample(prompt, s.completion_ids, lp.tolist(), h))
+        out.append((index, prompt, proved, rewards))
+    return announce(build_batch(version, mh, MINER, out))
+
+
+def _draw(
+    setup: ModelSetup, model: Any, mh: str, indices: list[int], n: int, params: Any, keys: Any
+) -> list[Any]:
+    """``n`` samples per prompt of ``indices`` (rewarded), with ``keys`` or the engine's own seed."""
+    from p2prl.rl.engine import HFEngine
+    from p2prl.rl.tasks import derive_seed
+
+    tok = setup.tokenizer
+    problems = [setup.task.problem(derive_seed(mh, MINER, i)) for i in indices]
+    prompts = [tok.encode_prompt(p.prompt) for p in problems]
+    samples = HFEngine(model, tok).generate(prompts, n, params, keys)
+    return [
+        (i, prompt, group, [setup.task.reward(p, tok.decode(s.completion_ids)) for s in group])
+        for i, p, prompt, group in zip(indices, problems, prompts, samples, strict=True)
+    ]
+
+
+def _reward(groups: list[Any]) -> float:
+    return sum(sum(r) for *_, r in groups) / max(1, sum(len(r) for *_, r in groups))
+
+
+def run(
+    cache_dir: Path,
+    rollouts: int = 256,
+    train_steps: int = 8,
+    lr: float | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Every case of :data:`CASES` at node defaults; returns the table, tolerances and timings."""
+    from p2prl.rl.local import DEFAULT_LR
+
+    setup = setups(cache_dir, ("tiny",))[0]
+    versions = train_versions(setup, train_steps, lr or DEFAULT_LR)
+    cur = len(versions) - 1
+    model = versions[cur]
+    mh = manifest_of(model)
+    params = setup.params
+    base = ValidatorConfig(
+        max_staleness=max(STALE_KS),
+        temperature=params.temperature,
+        top_p=params.top_p,
+        max_new_tokens=params.max_new_tokens,
+        group_size=GROUP_SIZE,
+        groups_per_batch=GROUPS_PER_BATCH,
+    )
+    t0 = time.perf_counter()
+    cfg, drift = calibrate(model, setup.tokenizer, setup.task, params, mh, base)
+    calibrate_s = time.perf_counter() - t0
+    log(f"calibrated in {calibrate_s:.1f} s: {drift}")
+    n_batches = max(1, -(-rollouts // (GROUP_SIZE * GROUPS_PER_BATCH)))
+    gen_s = verify_s = 0.0
+    next_index = [0]
+
+    def indices() -> list[int]:
+        first = next_index[0]
+        next_index[0] += GROUPS_PER_BATCH
+        return list(range(first, first + GROUPS_PER_BATCH))
+
+    def honest_batch(m: Any) -> PreparedBatch:
+        from p2prl.rl.engine import HFEngine
+
+        return mine_batch(
+            HFEngine(m, setup.tokenizer), setup.task, cur, mh, MINER, indices(), GROUP_SIZE, params
+        )
+
+    def sharpened(**change: Any) -> PreparedBatch:
+        idx = indices()
+        p = dataclasses.replace(params, **change)
+        groups = _draw(setup, model, mh, idx, GROUP_SIZE, p, sample_keys(mh, MINER, idx, GROUP_SIZE))
+        return _prove(model, cur, mh, groups)
+
+    def best_of(n: int) -> PreparedBatch:
+        idx = indices()
+        draws = [
+            _draw(setup, model, mh, idx, GROUP_SIZE, dataclasses.replace(params, seed=s), None)
+            for s in range(n)
+        ]
+        return _prove(model, cur, mh, max(draws, key=_reward))
+
+    def best_samples() -> PreparedBatch:
+        idx = indices()
+        groups = _draw(
+            setup, model, mh, idx, 2 * GROUP_SIZE, params, sample_keys(mh, MINER, idx, 2 * GROUP_SIZE)
+        )
+        kept = []
+        for i, prompt, samples, rewards in groups:
+            order = sorted(range(len(samples)), key=lambda j: (-rewards[j], len(samples[j].completion_ids)))
+            top = order[:GROUP_SIZE]
+            kept.append((i, prompt, [samples[j] for j in top], [rewards[j] for j in top]))
+        return _prove(model, cur, mh, kept)
+
+    variants: dict[str, Callable[[], PreparedBatch]] = {
+        "honest": lambda: honest_batch(model),
+        "int8": lambda: honest_batch(int8_round_trip(model)),
+        "fp8": lambda: honest_batch(fp8_round_trip(model)),
+        "lowrank_1pct": lambda: honest_batch(low_rank(model, 0.01)),
+        "lowrank_3pct": lambda: honest_batch(low_rank(model, 0.03)),
+        **{f"stale_{k}": (lambda k=k: honest_batch(versions[cur - k])) for k in STALE_KS},
+        "other_model": lambda: honest_batch(setup.other),
+        "temperature_0.6": lambda: sharpened(temperature=0.6),
+        "temperature_0.8": lambda: sharpened(temperature=0.8),
+        "top_p_0.8": lambda: sharpened(top_p=0.8),
+        "greedy": lambda: sharpened(temperature=0.0),
+        **{f"best_of_{n}": (lambda n=n: best_of(n)) for n in BEST_OF},
+        "best_of_samples": best_samples,
+    }
+    table = []
+    for case in CASES:
+        n = acc = 0
+        reasons: dict[str, int] = {}
+        for _ in range(n_batches):
+            t1 = time.perf_counter()
+            prepared = variants[case]()
+            t2 = time.perf_counter()
+            v = RolloutValidator.for_model(model, setup.tokenizer, setup.task, cur, mh, config=cfg)
+            verdict = v.check(prepared.announcement, MINER, prepared.blob, cur)
+            t3 = time.perf_counter()
+            if case == "honest":
+                gen_s += t2 - t1
+                verify_s += t3 - t2
+            n += prepared.batch.n_rollouts
+            acc += verdict.accepted_rollouts
+            for r, c in verdict.reasons().items():
+                reasons[str(r)] = reasons.get(str(r), 0) + c
+        table.append({"case": case, "n": n, "accepted": acc, "reasons": reasons})
+        log(f"  {case:18s} {acc:4d}/{n:<4d} {reasons}")
+    tol = {
+        k: getattr(cfg, k)
+        for k in (
+            "fingerprint_tol",
+            "fingerprint_tol_rollout",
+            "logprob_tol_mean",
+            "logprob_tol_max",
+            "sampling_margin",
+            "sampling_miss_rate",
+        )
+    }
+    return {
+        "cases": table,
+        "tolerances": tol,
+        "calibration": drift,
+        "calibrate_s": calibrate_s,
+        "generate_s": gen_s,
+        "verify_s": verify_s,
+        "verify_fraction": verify_s / gen_s if gen_s else 0.0,
+        "train_steps": train_steps,
+        "lr": lr or DEFAULT_LR,
+        "rollouts_per_case": n_batches * GROUP_SIZE * GROUPS_PER_BATCH,
+    }
