@@ -156,6 +156,7 @@ def run(
                 publish(learner.published_state())
                 live.advance(plan_sync(live.head, live.hash, index, live.head + 1), store.get)
             if engine == "vllm":
+                eng.close()
                 del eng  # one engine at a time: a second one would hold its own copy besides
                 gc.collect()
             rss0 = _rss()

@@ -5,12 +5,15 @@ the patch is verified against and applied to, in place) and vLLM's own copy, int
 writes only the tensors the patch changed (``LiveWeights.take_changed``). vLLM returns no hidden
 states, so after generating, one teacher-forced pass of the transformers copy over prompt and
 completion (``proof.forward_flat``, the function the validator runs) gives the hidden states the
-miner commits to.
+miner commits to, and the behaviour logprobs it reports: vLLM's own differ from the validator's
+recomputation by the two engines' bf16 drift (up to ~0.15 per token, docs/PROOF.md), past the
+mean-logprob floor on short completions; the pass's are the validator's numbers.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,11 +25,35 @@ from p2prl.node.context import NodeContext, NodeStartError
 from p2prl.node.weights import model_dir_for
 from p2prl.patch import weights_hash
 from p2prl.proof import forward_flat
-from p2prl.rl import EngineChoiceError, HFEngine, choose_engine, has_weights, open_vllm, pick_device
+from p2prl.rl import (
+    EngineChoiceError,
+    HFEngine,
+    choose_engine,
+    has_weights,
+    open_vllm,
+    pick_device,
+    processed_logprobs,
+)
 
 log = logging.getLogger(__name__)
 
-PROOF_ROWS = 64  # sequences per teacher-forced pass
+PROOF_ROWS = 64  # sequences per teacher-forced pass…
+PROOF_LOGITS = 1 << 25  # …and at most this many logits (float32: 128 MiB)
+
+
+def _passes(flat: list[Any], vocab: int) -> list[list[Any]]:
+    """The samples in runs of at most PROOF_ROWS sequences and PROOF_LOGITS logits each."""
+    tokens = max(1, PROOF_LOGITS // max(1, vocab))
+    runs: list[list[Any]] = []
+    run: list[Any] = []
+    n = 0
+    for s in flat:
+        if run and (len(run) == PROOF_ROWS or n + len(s.completion_ids) > tokens):
+            runs.append(run)
+            run, n = [], 0
+        run.append(s)
+        n += len(s.completion_ids)
+    return [*runs, run] if run else runs
 
 
 class VLLMMinerEngine:
@@ -50,14 +77,19 @@ class VLLMMinerEngine:
     ) -> list[list[Any]]:
         groups = self.inner.generate(prompts, n_samples, params, keys)
         flat = [s for g in groups for s in g if s.completion_ids]
-        for start in range(0, len(flat), PROOF_ROWS):
-            part = flat[start : start + PROOF_ROWS]
+        t = params.temperature if params.temperature > 0 else 1.0  # as the validator scores them
+        for part in _passes(flat, int(self.model.config.vocab_size)):
             seqs = [(np.asarray(s.prompt_ids), np.asarray(s.completion_ids)) for s in part]
-            hidden, _ = forward_flat(self.model, seqs)
+            hidden, logits = forward_flat(self.model, seqs)
+            ids = torch.tensor([i for s in part for i in s.completion_ids])[:, None]
+            lps = processed_logprobs(logits, t, params.top_p).gather(1, ids).squeeze(1)
             at = 0
             for s in part:
-                s.hidden = hidden[at : at + len(s.completion_ids)].clone()
-                at += len(s.completion_ids)
+                n = len(s.completion_ids)
+                s.hidden = hidden[at : at + n].clone()
+                # the pass's logprobs, where finite (a token just outside its top-p set keeps vLLM's)
+                s.logprobs = [a if math.isfinite(a) else b for a, b in zip(lps[at : at + n].tolist(), s.logprobs, strict=True)]
+                at += n
         return groups
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:

@@ -98,6 +98,16 @@ def default_key(seed: int, prompt_index: int, sample_index: int) -> bytes:
     ).digest()
 
 
+def _serve(calls: queue.SimpleQueue[Any]) -> None:
+    """The engine's thread: run each queued call, hand back its result; None ends it."""
+    while (item := calls.get()) is not None:
+        fn, args, kwargs, fut = item
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except BaseException as e:
+            fut.set_exception(e)
+
+
 class VLLMEngine:
     """``RolloutEngine`` on vLLM. ``model_dir`` is a local HF directory (no downloads); prompts are
     token ids, so vLLM needs no tokenizer of its own."""
@@ -134,11 +144,10 @@ class VLLMEngine:
         self._lock = threading.Lock()
         # Every call into vLLM runs on this one thread: its CPU backend binds its OpenMP threads in
         # the thread that built it, and its attention kernels refuse a caller with another count.
-        self._calls: queue.SimpleQueue[tuple[Any, tuple[Any, ...], dict[str, Any], Future[Any]]] = (
-            queue.SimpleQueue()
-        )
-        # a daemon: a node stopping mid-generation exits without waiting on it
-        threading.Thread(target=self._serve, name="vllm-engine", daemon=True).start()
+        self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # a daemon: a node stopping mid-generation exits without waiting on it. It holds only the
+        # queue, so a dropped engine is freed (close() ends the thread).
+        threading.Thread(target=_serve, args=(self._calls,), name="vllm-engine", daemon=True).start()
         kw: dict[str, Any] = {} if cpu else {"gpu_memory_utilization": gpu_memory_utilization}
         self.llm = self._call(
             LLM,
@@ -157,13 +166,9 @@ class VLLMEngine:
         self.model = self.llm
         self._packed: dict[str, list[str]] | None = None
 
-    def _serve(self) -> None:
-        while True:
-            fn, args, kwargs, fut = self._calls.get()
-            try:
-                fut.set_result(fn(*args, **kwargs))
-            except BaseException as e:
-                fut.set_exception(e)
+    def close(self) -> None:
+        """End the engine's thread (the engine itself goes with its last reference)."""
+        self._calls.put(None)
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         fut: Future[Any] = Future()

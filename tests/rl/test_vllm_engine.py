@@ -117,16 +117,19 @@ def test_switches_write_only_what_changed_and_the_engine_holds_the_trainers_bits
 def test_a_vllm_miner_commits_to_the_validators_teacher_forced_states(engine, hf) -> None:
     from p2prl.node.engine import VLLMMinerEngine
     from p2prl.proof import forward_flat
-    from p2prl.rl import GenerationParams
+    from p2prl.rl import GenerationParams, processed_logprobs
 
     miner = VLLMMinerEngine(engine, hf)
     prompts = _prompts(engine, 3)
-    out = miner.generate(prompts, 2, GenerationParams(max_new_tokens=6), _keys(3, 2))
+    out = miner.generate(prompts, 2, GenerationParams(max_new_tokens=6, temperature=0.8), _keys(3, 2))
     for g in out:
         for s in g:
-            h, _ = forward_flat(hf, [(np.asarray(s.prompt_ids), np.asarray(s.completion_ids))])
+            h, logits = forward_flat(hf, [(np.asarray(s.prompt_ids), np.asarray(s.completion_ids))])
             assert s.hidden is not None and s.hidden.shape == h.shape
             assert torch.allclose(s.hidden, h, atol=0.05)
+            # the logprobs it reports are the validator's recomputation (vLLM's own carry its drift)
+            lp = processed_logprobs(logits, 0.8, 1.0).gather(1, torch.tensor(s.completion_ids)[:, None])
+            assert np.allclose(s.logprobs, lp.squeeze(1).numpy(), atol=0.02)
 
 
 def test_engine_choice_names_why_vllm_cannot_run_a_model(vdir: Path, tmp_path: Path) -> None:
