@@ -56,12 +56,15 @@ def vllm_unsupported(model_dir: Path | None, device: str) -> str | None:
         cfg = json.loads((Path(model_dir) / "config.json").read_text())
     except (OSError, ValueError) as e:
         return f"unreadable config.json: {e}"
-    archs = list(cfg.get("architectures") or [])
+    try:
+        archs = [str(a) for a in cfg.get("architectures") or []]
+        heads = int(cfg.get("num_attention_heads") or 0)
+        head = int(cfg.get("head_dim") or (int(cfg.get("hidden_size", 0)) // heads if heads else 0))
+    except (AttributeError, TypeError, ValueError) as e:
+        return f"config.json does not describe a causal LM vLLM can read: {e}"
     known = _vllm_architectures()
     if not archs or not any(a in known for a in archs):
         return f"vLLM has no implementation of {archs or 'an unnamed architecture'}"
-    heads = int(cfg.get("num_attention_heads") or 0)
-    head = int(cfg.get("head_dim") or (int(cfg.get("hidden_size", 0)) // heads if heads else 0))
     if not str(device).startswith("cuda") and head not in CPU_HEAD_SIZES:
         return f"vLLM's CPU attention does not take head size {head} (it takes {list(CPU_HEAD_SIZES)})"
     return None
