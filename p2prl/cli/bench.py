@@ -1,4 +1,4 @@
-"""``p2prl bench patch|patch-cli|fanout|proof|cheats|honest|flood|trainer|swarm-sim|memory|scale``: the benchmarks whose
+"""``p2prl bench patch|patch-cli|fanout|proof|cheats|honest|flood|trainer|swarm-sim|memory|scale|engine-update``: the benchmarks whose
 figures are quoted in docs/BENCHMARKS.md.
 
 Each command prints what one benchmark of :mod:`p2prl.bench` measures (``--json`` for the record);
@@ -397,6 +397,41 @@ bench_dishonest_miner.__signature__ = node_signature(  # type: ignore[attr-defin
     )
 )
 
+def bench_engine_update(
+    engine: str = typer.Option("hf", "--engine", help="hf or vllm."),
+    model: Path | None = typer.Option(
+        None,
+        "--model",
+        help="Local Hugging Face model directory (default: a random Qwen3 of head size 64, built in the cache).",
+    ),
+    versions: int = typer.Option(10, "--versions", help="Trainer versions switched to in place."),
+    reloads: int = typer.Option(2, "--reloads", help="Fresh engines started on new weights, to compare."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
+    lr: float = typer.Option(1e-5, "--lr", help="The trainer's learning rate (how much each version changes)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """A version switch in place (verified patch in hand → first token) against a fresh engine on the new
+    weights: time, generation pause, extra memory; the engine's weights hash checked every version."""
+    from p2prl.bench.engine_update import run
+    from p2prl.rl import VLLM_TINY, build_random_model_dir
+
+    if model is None:
+        model = _CACHE / "engine-update-qwen3-h64"
+        if not (model / "config.json").is_file():
+            build_random_model_dir(model, "qwen3", shape=VLLM_TINY)
+    r = run(engine, model, versions=versions, device=device, reloads=reloads, lr=lr)
+    if as_json:
+        typer.echo(json.dumps(r, indent=1))
+        return
+    ratio = r["in_place_vs_reload"]
+    typer.echo(
+        f"{r['engine']} on {r['device']}, {r['parameters'] / 1e6:.2f}M params, {r['versions']} versions: "
+        f"in place {r['in_place_s'] * 1e3:.1f} ms (pause {r['pause_s'] * 1e3:.1f} ms), "
+        f"reload {r['reload_s']:.2f} s, ratio {ratio:.4f}; engine hash = trainer's every version: "
+        f"{r['engine_hash_ok_every_version']}"
+    )
+
+
 app.command("patch")(bench_patch)
 app.command("patch-cli")(bench_patch_cli)
 app.command("fanout")(bench_fanout)
@@ -406,6 +441,7 @@ app.command("cheats")(bench_cheats)
 app.command("flood")(bench_flood)
 app.command("trainer")(bench_trainer)
 app.command("swarm-sim")(bench_swarm_sim)
+app.command("engine-update")(bench_engine_update)
 app.command("dishonest-miner", hidden=True, no_args_is_help=False)(bench_dishonest_miner)
 
 

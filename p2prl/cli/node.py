@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
+import os
+import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -69,6 +72,14 @@ def run_configured(config: Path | None, flags: dict[str, Any], role_factory: Any
     except NodeStartError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e
+    if "vllm" in sys.modules:
+        # a vLLM engine's teardown at interpreter exit takes 6-9 s on the CPU build (freeing its KV
+        # cache, its threads): past a supervisor's grace period on a loaded machine. The node has
+        # stopped and saved what it keeps; flush and leave.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def node_signature(*extra: inspect.Parameter) -> inspect.Signature:
@@ -230,6 +241,9 @@ def demo(
     validator_device: str | None = typer.Option(
         None, "--validator-device", help="The validator's torch device, if not --device's."
     ),
+    engine: str = typer.Option(
+        "auto", "--engine", help="The miners' rollout engine: auto (vLLM where installed, on CUDA), hf or vllm."
+    ),
     testbed: bool = typer.Option(
         False, "--testbed", help="Every node on its own testbed host with rate-limited links (root; no S3)."
     ),
@@ -250,6 +264,17 @@ def demo(
     from p2prl.dashboard import run_report, write_chart, write_csv
     from p2prl.demo import DemoOptions, run_demo, run_demo_testbed
 
+    if engine == "vllm":  # say why at once, not from every miner's log
+        from p2prl.rl import vllm_unsupported
+
+        why = (
+            vllm_unsupported(model, "cuda" if device.startswith("cuda") else "cpu")
+            if model is not None
+            else "the built-in model's heads of 16 are smaller than vLLM's attention takes: pass --model DIR"
+        )
+        if why:
+            typer.echo(f"error: engine vllm: {why}", err=True)
+            raise typer.Exit(2)
     opts = DemoOptions(
         duration=duration,
         summary_json=summary_json,
@@ -264,6 +289,7 @@ def demo(
         system_prompt=system_prompt,
         device=device,
         validator_device=validator_device,
+        engine=engine,
     )
     if testbed:
         opts.duration = opts.duration or 120.0

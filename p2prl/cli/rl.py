@@ -44,6 +44,9 @@ def train_local(
     prompt_format: str = typer.Option("raw", "--prompt-format", help="raw or chat."),
     system_prompt: str = typer.Option("", "--system-prompt", help="System prompt for the chat format."),
     device: str = typer.Option("cpu", "--device", help="Torch device: auto, cpu, cuda or cuda:N."),
+    engine: str = typer.Option(
+        "auto", "--engine", help="Rollout engine: auto (vLLM where installed, on CUDA), hf or vllm."
+    ),
     threads: int = typer.Option(
         0, "--threads", help="Torch CPU threads (0: $P2PRL_TORCH_THREADS or 1, fastest for the tiny model)."
     ),
@@ -70,20 +73,27 @@ def train_local(
         prompt_format=prompt_format,
         system_prompt=system_prompt,
         device=device,
+        engine=engine,
     )
     from p2prl.rl import launched, rank
 
     if launched() and rank() != 0:  # a follower rank under torchrun: rank 0 reports
         run(cfg)
         return
-    if json_out:
-        summary = run(cfg)
-        assert summary is not None
-        if not history:
-            summary.pop("history")
-        typer.echo(json.dumps(summary, sort_keys=True))
-        return
-    _live(cfg, run)
+    from p2prl.rl import EngineChoiceError
+
+    try:
+        if json_out:
+            summary = run(cfg)
+            assert summary is not None
+            if not history:
+                summary.pop("history")
+            typer.echo(json.dumps(summary, sort_keys=True))
+            return
+        _live(cfg, run)
+    except EngineChoiceError as e:  # --engine vllm where vLLM cannot run the model: one line
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
 
 
 def _live(cfg: Any, run: Any) -> None:

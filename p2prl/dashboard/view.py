@@ -71,6 +71,12 @@ def _trainer_version(statuses: list[Status]) -> int:
     return max((int(s.get("trainer_version", 0)) for s in statuses), default=0)
 
 
+def _role(s: Status) -> str:
+    """The role, and for a miner its rollout engine (hf or vllm)."""
+    role = str(s.get("role", "?"))
+    return f"{role} {s['engine']}" if role == "miner" and s.get("engine") else role
+
+
 def nodes_table(nodes: list[tuple[str, Status | None, str]]) -> Table:
     statuses = [s for _, s, _ in nodes if s]
     tv = _trainer_version(statuses)
@@ -102,7 +108,7 @@ def nodes_table(nodes: list[tuple[str, Status | None, str]]) -> Table:
         state = str(s.get("sync_state", ""))
         t.add_row(
             f"{s.get('key', '')[:10]} {url.rsplit(':', 1)[-1]}",
-            str(s.get("role", "?")),
+            _role(s),
             str(s.get("version", 0)),
             Text(str(lag), style=lag_style),
             state,
@@ -146,7 +152,7 @@ def compact_nodes_table(nodes: list[tuple[str, Status | None, str]]) -> Table:
         lag = max(0, tv - int(s.get("version", 0)))
         t.add_row(
             _node_name(url, s),
-            str(s.get("role", "?")),
+            _role(s),
             str(s.get("version", 0)),
             Text(str(lag), style="green" if lag == 0 else ("yellow" if lag <= 2 else "red")),
             str(s.get("sync_state", ""))[:11],

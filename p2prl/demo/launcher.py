@@ -73,6 +73,7 @@ class DemoOptions:
     system_prompt: str = ""
     device: str = "cpu"
     validator_device: str | None = None  # default: ``device`` (a CUDA network judged on the CPU, say)
+    engine: str = "auto"  # the miners' rollout engine: auto, hf or vllm (node --engine)
     # the trainer's step equals train-local's (32 prompts x 8 samples, lr 3e-4), taken train_epochs
     # times on each batch; each miner announces batches_per_version batches of 16 prompts per
     # version, so the miners make what the trainer consumes and no more (staleness stays 0-1)
@@ -175,7 +176,11 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
         args += ["--checkpoint-every", str(opts.checkpoint_every), "--train-epochs", str(opts.train_epochs)]
         args += ["--min-publish-s", str(opts.min_publish_s)]
     if role == "miner":
-        args += ["--batches-per-version", str(opts.batches_per_version)]
+        args += ["--batches-per-version", str(opts.batches_per_version), "--engine", opts.engine]
+        if opts.engine == "vllm":
+            args += ["--vllm-check-weights"]  # the summary shows the engine's own weights hash
+            if not opts.device.startswith("cuda"):
+                args += ["--vllm-eager"]  # on a CPU compiling buys nothing but a slower start
     device = opts.validator_device or opts.device if role == "validator" else opts.device
     if role == "validator" and device != opts.device:
         # a validator on another device than the miners keeps the cross-engine defaults: calibrated to
@@ -281,6 +286,11 @@ def summarize(
                 "version": v,
                 "weights_hash": s.get("weights_hash", ""),
                 "weights_sha256": s.get("weights_sha256", ""),
+                "engine": s.get("engine", ""),
+                # vLLM: the hash of the weights read back out of the engine (--vllm-check-weights)
+                "engine_weights_hash": s.get("engine_weights_hash", ""),
+                "engine_weights_checked": int(s.get("counters", {}).get("engine_weights_checked", 0)),
+                "engine_weights_mismatch": int(s.get("counters", {}).get("engine_weights_mismatch", 0)),
                 "rollouts_produced": int(s.get("counters", {}).get("rollouts_produced", 0)),
                 "groups_accepted": int(s.get("counters", {}).get("groups_accepted", 0)),
                 "groups_rejected": int(s.get("counters", {}).get("groups_rejected", 0)),

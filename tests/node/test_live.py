@@ -124,3 +124,26 @@ def test_a_bad_patch_leaves_the_model_unchanged(tmp_path, model_dir):
         )
     live.advance([good], store.get)  # and the good one still applies
     assert bits_equal(unique_state(model), states[1])
+
+
+def test_tracked_switches_name_exactly_the_tensors_they_wrote(tmp_path, model_dir):
+    """An engine with its own copy (vLLM) is sent only what each switch changed."""
+    model = _model(model_dir)
+    state = unique_state(model)
+    base = snapshot(state)
+    pub = ChainPublisher(tmp_path / "trainer", TRAINER, NET, chunk_size=MIN_CHUNK_SIZE, anchor_interval=100)
+    published = [pub.publish(base)]
+    v1 = snapshot(base)
+    touched = sorted(v1)[:3]
+    for n in touched:
+        uint_view(v1[n])[:5] ^= 1
+    published.append(pub.publish(v1))
+    store, index = _receiver(tmp_path, published)
+    live = LiveWeights(state, Weights(0, weights_hash(state), state), keep=1)
+    assert live.take_changed() == set(state)  # untracked: an engine must take everything
+    live.track_changes()
+    assert live.take_changed() == set(state)  # the first take after tracking starts: everything
+    assert live.take_changed() == set()
+    live.advance(plan_sync(0, live.hash, index, 1), store.get)
+    assert live.take_changed() == set(touched) and live.take_changed() == set()
+    assert bits_equal(unique_state(model), v1)

@@ -1,0 +1,194 @@
+"""``p2prl bench engine-update``: what a version switch costs a rollout engine, in place against a reload.
+
+A real trainer (the GRPO learner on synthetic rollout groups, ``bench.trainer``) takes a step per
+version; the chain publisher signs each as a sparse patch; the node's own ``LiveWeights`` verifies
+and applies it in place. Then, per engine:
+
+- ``hf``: the live tensors are the model's own: nothing more to write.
+- ``vllm``: the tensors the patch changed are written into the running engine (``load_weights``).
+
+``in_place_s``: verified patch in hand → first token generated under the new version (verify and
+apply, engine write, one token). ``pause_s``: the part of it during which the engine cannot generate
+(everything before the token). ``reload_s``: the alternative, a fresh engine on the new weights
+(written to a model directory, the engine started, one token). Memory: the process's resident set
+before and after each switch (``extra_bytes``), and the changed bytes written. Every version the
+engine's weights hash (read back out of vLLM) must equal the trainer's.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import resource
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from p2prl.bench.trainer import synthetic_groups
+from p2prl.crypto import Identity
+from p2prl.node.live import LiveWeights
+from p2prl.node.weights import Weights
+from p2prl.patch import ChainPublisher, ManifestStore, plan_sync, weights_hash
+from p2prl.rl import GenerationParams, HFEngine, load_tokenizer, load_weights_model, open_vllm, unique_state
+from p2prl.rl.distributed import make_learner
+from p2prl.rl.engine import copy_state_in_place
+from p2prl.rl.grpo import GRPOConfig
+from p2prl.store import BlobStore
+
+NET = "engine-update-bench"
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _save_dir(src: Path, state: dict[str, torch.Tensor], out: Path) -> Path:
+    """A model directory like ``src`` holding ``state`` (what a reload starts from)."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():  # config, tokenizer, generation config: all but the weights
+        if f.is_file() and not f.name.endswith((".safetensors", ".safetensors.index.json")):
+            shutil.copy2(f, out / f.name)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(out / "model.safetensors"), {"format": "pt"})
+    return out
+
+
+def _open(engine: str, model_dir: Path, tok: Any, device: str) -> tuple[Any, Any]:
+    """(engine, its transformers model or None)."""
+    if engine == "hf":
+        model = load_weights_model(model_dir, torch.bfloat16).to(device)
+        return HFEngine(model, tok, return_hidden=False), model
+    return open_vllm(model_dir, tok, device, enforce_eager=not device.startswith("cuda")), None
+
+
+def run(
+    engine: str,
+    model_dir: Path,
+    versions: int = 10,
+    device: str = "cpu",
+    reloads: int = 2,
+    lr: float = 1e-5,
+    tokens: int = 16,
+) -> dict[str, Any]:
+    if engine not in ("hf", "vllm"):
+        raise ValueError("engine must be hf or vllm")
+    model_dir = Path(model_dir)
+    tok = load_tokenizer(model_dir)
+    master = load_weights_model(model_dir, torch.float32)
+    learner = make_learner(master, GRPOConfig(lr=lr), tok.pad_id)
+    vocab = int(master.config.vocab_size)
+    prompt = [tok.encode_prompt("1+2=")]
+    first = GenerationParams(max_new_tokens=1)
+    work = Path(tempfile.mkdtemp(prefix="p2prl-engine-update-"))
+    try:
+        pub = ChainPublisher(work / "trainer", Identity.generate(), NET, anchor_interval=10**6)
+        store, index = BlobStore(work / "node"), ManifestStore(NET, pub.identity.public_key)
+
+        def publish(state: dict[str, torch.Tensor]) -> Any:
+            pv = pub.publish(state)
+            for p in pv.items:
+                index.add(p.envelope)
+                store.put(p.blob, expected_id=p.manifest.blob.id)
+            return pv
+
+        v0 = learner.published_state()
+        publish(v0)
+        t0 = time.perf_counter()
+        eng, hf = _open(engine, model_dir, tok, device)
+        start_s = time.perf_counter() - t0
+        shared = hf is not None and device == "cpu"
+        # shared: the live tensors are the engine's own; else the node's CPU copy (a vLLM miner's HF copy)
+        state = unique_state(hf) if shared else {k: v.clone() for k, v in v0.items()}
+        live = LiveWeights(state, Weights(0, str(pub.result_hash), state))
+        if not shared:
+            live.track_changes()
+            live.take_changed()  # the engine was started on version 0's files
+        eng.generate(prompt, 1, GenerationParams(max_new_tokens=tokens))  # warm
+        rows: list[dict[str, Any]] = []
+        for v in range(1, versions + 1):
+            learner.step(synthetic_groups(8, 4, tokens, vocab, seed=v))
+            pv = publish(learner.published_state())
+            gc.collect()
+            rss0 = _rss()
+            t0 = time.perf_counter()
+            live.advance(plan_sync(v - 1, live.hash, index, v), store.get)
+            t1 = time.perf_counter()
+            written = 0
+            if not shared:
+                names = sorted(live.take_changed())
+                written = sum(state[n].numel() * state[n].element_size() for n in names)
+                if hf is None:
+                    eng.update(state, names)
+                else:
+                    copy_state_in_place(hf, state)
+            t2 = time.perf_counter()
+            eng.generate(prompt, 1, first)
+            t3 = time.perf_counter()
+            rss1 = _rss()
+            held = weights_hash(eng.read_state(state)) if engine == "vllm" else weights_hash(state)
+            rows.append(
+                {
+                    "version": v,
+                    "apply_s": t1 - t0,
+                    "engine_write_s": t2 - t1,
+                    "pause_s": t2 - t0,
+                    "in_place_s": t3 - t0,
+                    "written_bytes": written,
+                    "extra_bytes": rss1 - rss0,
+                    "engine_hash_ok": held == pv.result_hash == live.hash,
+                }
+            )
+        reload_rows = []
+        for i in range(min(reloads, versions)):
+            if i:  # one more trainer version to reload onto
+                learner.step(synthetic_groups(8, 4, tokens, vocab, seed=10**4 + i))
+                publish(learner.published_state())
+                live.advance(plan_sync(live.head, live.hash, index, live.head + 1), store.get)
+            if engine == "vllm":
+                eng.close()
+                del eng  # one engine at a time: a second one would hold its own copy besides
+                gc.collect()
+            rss0 = _rss()
+            t0 = time.perf_counter()
+            d = _save_dir(model_dir, state, work / f"reload{i}")
+            t1 = time.perf_counter()
+            eng, _ = _open(engine, d, tok, device)
+            eng.generate(prompt, 1, first)
+            t2 = time.perf_counter()
+            reload_rows.append({"write_s": t1 - t0, "reload_s": t2 - t0, "extra_bytes": _rss() - rss0})
+        in_place = statistics.median(r["in_place_s"] for r in rows)
+        reload_s = statistics.median(r["reload_s"] for r in reload_rows) if reload_rows else None
+        params = sum(v.numel() for v in v0.values())
+        return {
+            "engine": engine,
+            "device": device,
+            "model_dir": str(model_dir),
+            "parameters": params,
+            "weights_bytes": sum(v.numel() * v.element_size() for v in v0.values()),
+            "versions": versions,
+            "engine_start_s": start_s,
+            "in_place_s": in_place,
+            "in_place_max_s": max(r["in_place_s"] for r in rows),
+            "pause_s": statistics.median(r["pause_s"] for r in rows),
+            "reload_s": reload_s,
+            "in_place_vs_reload": in_place / reload_s if reload_s else None,
+            "extra_bytes_in_place_max": max(r["extra_bytes"] for r in rows),
+            "extra_bytes_reload": max(r["extra_bytes"] for r in reload_rows) if reload_rows else None,
+            "engine_hash_ok_every_version": all(r["engine_hash_ok"] for r in rows),
+            "peak_rss_bytes": _peak_rss(),
+            "per_version": rows,
+            "reloads": reload_rows,
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
