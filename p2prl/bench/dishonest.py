@@ -33,7 +33,7 @@ class DishonestMiner(Miner):
         if perturb <= 0:
             raise ValueError("perturb must be positive")
         self.perturb = perturb  # before Miner.__init__, which loads the first weights
-        super().__init__(ctx)
+        super().__init__(ctx, share_weights=False)  # its engine runs other weights than the version
 
     def engine_state(self, w: Weights) -> dict[str, torch.Tensor]:
         return perturb_state(w.state, self.perturb, seed=w.version)

@@ -33,10 +33,11 @@ KEEP_ROLLOUT_BLOBS = 32  # our announced batches kept pinned for validators and 
 
 
 class Miner:
-    def __init__(self, ctx: NodeContext) -> None:
+    def __init__(self, ctx: NodeContext, *, share_weights: bool = True) -> None:
+        """``share_weights``: the engine's model holds the version's tensors (one copy); False keeps
+        them apart, for an engine that runs other weights than the version held."""
         self.ctx = ctx
-        # one copy of the weights, unless the engine runs other weights than the version held
-        role = open_synced_role(ctx, "miner", share=type(self).engine_state is Miner.engine_state)
+        role = open_synced_role(ctx, "miner", share=share_weights)
         self.dir, self.book, self.engine, self.tok = role.dir, role.book, role.engine, role.tok
         start = role.start
         self.task = task_of(ctx)
@@ -51,7 +52,7 @@ class Miner:
 
     # -- state ------------------------------------------------------------------
     def engine_state(self, w: Weights) -> dict[str, torch.Tensor]:
-        """The weights the engine generates with: version ``w``'s own (a benchmark's cheat overrides it)."""
+        """The weights the engine generates with: version ``w``'s own."""
         return w.state
 
     def _activate(self, w: Weights) -> None:

@@ -17,10 +17,9 @@ from typing import Any
 
 from p2prl.node.context import NodeContext
 from p2prl.node.intake import Intake
-from p2prl.proof import decode_batch
+from p2prl.proof import decode_batch, rollout_group
 from p2prl.protocol import RolloutAnnouncement, Verdict
 from p2prl.reasons import HARD_FAILURES, NodeDrop
-from p2prl.rl import Rollout, RolloutGroup
 
 log = logging.getLogger(__name__)
 
@@ -33,16 +32,7 @@ def batch_to_groups(data: bytes, accepted: set[int], miner_hex: str, version: in
     batch = decode_batch(data)
     if batch.version != version or batch.miner.hex() != miner_hex:
         raise ValueError("batch header does not match its announcement")
-    out = []
-    for gi, g in enumerate(batch.groups):
-        if gi not in accepted:
-            continue
-        rolls = [
-            Rollout(r.completion_ids.tolist(), r.logprobs.astype(float).tolist(), float(r.reward))
-            for r in g.rollouts
-        ]
-        out.append(RolloutGroup(g.prompt_ids.tolist(), rolls, batch.version, miner_hex))
-    return out
+    return [rollout_group(batch, gi) for gi in range(len(batch.groups)) if gi in accepted]
 
 
 class RolloutIntake:

@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING
 from p2prl.lazyexports import lazy_exports
 
 if TYPE_CHECKING:
-    from p2prl.proof.batch import MAGIC, BatchLimits, build_batch, commitment_root, decode_batch, encode_batch
+    from p2prl.proof.batch import (
+        MAGIC,
+        BatchLimits,
+        build_batch,
+        commitment_root,
+        decode_batch,
+        encode_batch,
+        rollout_group,
+    )
     from p2prl.proof.calibrate import calibrate as calibrate_tolerances
     from p2prl.proof.fingerprint import SKETCH_DIM
     from p2prl.proof.miner import mine_batch, sample_keys
@@ -38,6 +46,7 @@ __all__ = [
     "forward_flat",
     "mine_batch",
     "reject_all",
+    "rollout_group",
     "sample_keys",
     "to_verdict",
 ]

@@ -214,6 +214,18 @@ def _read_ids(rd: _Reader, n: int, vocab: int) -> np.ndarray:
     return ids
 
 
+def rollout_group(batch: RolloutBatch, gi: int, problem: Any = None) -> Any:
+    """Group ``gi`` of a decoded batch as the trainer's ``RolloutGroup`` (the one conversion: the
+    validator's accepted groups and the trainer's intake both use it)."""
+    from p2prl.rl import Rollout, RolloutGroup
+
+    g = batch.groups[gi]
+    rolls = [
+        Rollout(r.completion_ids.tolist(), r.logprobs.astype(float).tolist(), float(r.reward)) for r in g.rollouts
+    ]
+    return RolloutGroup(g.prompt_ids.tolist(), rolls, batch.version, batch.miner.hex(), problem)
+
+
 def rollout_leaf(group: int, rollout: int, r: RolloutRecord) -> bytes:
     """Merkle leaf of one rollout: its position, tokens and sketches."""
     h = hashlib.sha256(b"p2prl-sketch-leaf")

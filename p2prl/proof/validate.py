@@ -22,13 +22,20 @@ from typing import Any
 import numpy as np
 
 from p2prl.lru import LRU
-from p2prl.proof.batch import BatchError, BatchLimits, RolloutBatch, commitment_root, decode_batch
+from p2prl.proof.batch import (
+    BatchError,
+    BatchLimits,
+    RolloutBatch,
+    commitment_root,
+    decode_batch,
+    rollout_group,
+)
 from p2prl.proof.fingerprint import SKETCH_DIM
 from p2prl.proof.recompute import Job, fisher_log_pvalues, iter_rollout_stats
-from p2prl.protocol import GroupVerdict, RolloutAnnouncement, Verdict
+from p2prl.protocol import DEFAULT_MAX_STALENESS, GroupVerdict, RolloutAnnouncement, Verdict
 from p2prl.reasons import HARD_FAILURES
 from p2prl.reasons import VerdictReason as R
-from p2prl.rl import Rollout, RolloutGroup, derive_seed, sample_key, uniforms
+from p2prl.rl import derive_seed, sample_key, uniforms
 
 
 @dataclass(frozen=True)
@@ -36,7 +43,7 @@ class ValidatorConfig:
     """Tolerances and bounds. The default tolerances suit engines whose honest drift is up to ~2.5% of
     the hidden state (the 24M configuration on CPU); a network sets its own with ``proof.calibrate``."""
 
-    max_staleness: int = 4
+    max_staleness: int = DEFAULT_MAX_STALENESS
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 64
@@ -523,18 +530,12 @@ class RolloutValidator:
         if hard:  # a batch that lies anywhere earns nothing anywhere
             reasons = [r if r != R.OK else R.NOT_CHECKED for r in reasons]
         groups, valid, n_unique = [], [], 0
-        for gi, (g, reason) in enumerate(zip(batch.groups, reasons, strict=True)):
+        for gi, reason in enumerate(reasons):
             ok = reason == R.OK
             groups.append(GroupVerdict(gi, ok, reason))
             if ok:
                 n_unique += unique[gi]
-                rolls = [
-                    Rollout(r.completion_ids.tolist(), r.logprobs.astype(float).tolist(), r.reward)
-                    for r in g.rollouts
-                ]
-                valid.append(
-                    RolloutGroup(g.prompt_ids.tolist(), rolls, batch.version, batch.miner.hex(), problems[gi])
-                )
+                valid.append(rollout_group(batch, gi, problems[gi]))
         return BatchVerdict(groups, valid, hard, n_unique, stats)
 
     # -- the forward pass ------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import random
 import threading
 from collections import Counter
 
+from p2prl.protocol import DEFAULT_MAX_STALENESS
 from p2prl.rl.types import RolloutGroup
 
 
@@ -27,7 +28,7 @@ class ReplayBuffer:
     """Thread-safe bounded store of ``RolloutGroup``s. ``consume=True`` (default) hands each group out once."""
 
     def __init__(
-        self, max_staleness: int = 4, half_life: float = 2.0, capacity_groups: int = 4096, seed: int = 0
+        self, max_staleness: int = DEFAULT_MAX_STALENESS, half_life: float = 2.0, capacity_groups: int = 4096, seed: int = 0
     ) -> None:
         if max_staleness < 0 or half_life <= 0 or capacity_groups < 1:
             raise ValueError("need max_staleness >= 0, half_life > 0, capacity_groups >= 1")
