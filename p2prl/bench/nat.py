@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from p2prl.net.peerproc import PeerProcess, blob_bytes
+from p2prl.bench.peerproc import PeerProcess, blob_bytes
 from p2prl.protocol import blob_ref_for
 from p2prl.testbed import HostSpec, Testbed
 

@@ -20,6 +20,7 @@ from p2prl.proof.calibrate import calibrate
 from p2prl.proof.fingerprint import SKETCH_DIM
 from p2prl.proof.miner import PreparedBatch, announce, mine_batch
 from p2prl.proof.validate import RolloutValidator, ValidatorConfig
+from p2prl.protocol import DEFAULT_MAX_STALENESS
 
 CASES = (
     "honest_b1",
@@ -228,8 +229,9 @@ def run_setup(
         temperature=p.temperature,
         top_p=p.top_p,
         group_size=GROUP_SIZE,
-        max_staleness=4,
+        max_staleness=DEFAULT_MAX_STALENESS,
         checked_per_group=checked_per_group,
+        checked_tokens=0,  # exactly checked_per_group per group: what the benchmark measures
     )
     mh = manifest_of(setup.model)
     idx = _groups_for(n_rollouts)

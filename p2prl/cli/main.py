@@ -74,3 +74,17 @@ def main() -> None:
             raise
         print(f"error: {os_error_line(e)}", file=sys.stderr)
         raise SystemExit(1) from None
+    except SystemExit as e:
+        dist = sys.modules.get("p2prl.rl.distributed")  # imported only by runs that may be sharded
+        if dist is None or not dist.launched():
+            raise
+        # A rank under torchrun ends without interpreter teardown: a gloo worker thread that frees
+        # its last collective's tensors then needs the GIL, is made to exit by the finalizing
+        # interpreter, and aborts the process (rc -6) after a run that succeeded.
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, int | None):
+            print(e.code, file=sys.stderr)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

@@ -60,7 +60,7 @@ class DemoOptions:
     group_size: int = 8
     groups_per_batch: int = 16
     anchor_interval: int = 10
-    max_staleness: int = 3
+    max_staleness: int = 3  # the demo's own; a network made without one: DEFAULT_MAX_STALENESS (4)
     chunk_size: int = 256 * 1024
     torch_threads: int = 1
     catch_up_s: float = 60.0
@@ -168,6 +168,7 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
         "--heartbeat-s",
         "2",
         "--local-network",  # every node is on 127.0.0.1: dial loopback addresses
+        "--report-weights-sha256",  # the summary compares every node's weights
     ]
     if role == "trainer":
         args += ["--lr", str(opts.lr), "--train-batch-groups", str(opts.train_batch_groups)]
@@ -181,11 +182,11 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
             if not opts.device.startswith("cuda"):
                 args += ["--vllm-eager"]  # on a CPU compiling buys nothing but a slower start
     device = opts.validator_device or opts.device if role == "validator" else opts.device
-    if role == "validator" and device == opts.device:
-        # every node runs the same engine: tolerances fit to it. A validator on another device keeps
-        # the cross-engine defaults: calibrated to its own zero drift, it rejected one honest batch of
-        # CUDA miners in six demos (their fingerprints reach 0.005 of the 0.008 floor as training runs)
-        args += ["--calibrate-tolerances"]
+    if role == "validator" and device != opts.device:
+        # a validator on another device than the miners keeps the cross-engine defaults: calibrated to
+        # its own zero drift, it rejected one honest batch of CUDA miners in six demos (their
+        # fingerprints reach 0.005 as training runs); on the same device it calibrates, as by default
+        args += ["--no-calibrate-tolerances"]
     args += ["--device", device] + (["--model", str(opts.model)] if opts.model else [])
     args += list(opts.node_args)
     return args

@@ -241,6 +241,7 @@ class P2PNode:
                     self._nursery = nursery
                     nursery.start_soon(self._publisher, pub_recv)
                     nursery.start_soon(watch.run)
+                    nursery.start_soon(watch.sweep_loop)
                     for t in list(self._topics):
                         await self._subscribe(t)
                     nursery.start_soon(self._bootstrap_loop)

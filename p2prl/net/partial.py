@@ -112,24 +112,42 @@ class PartialStore:
             return p
 
     def _make_room(self, ref: BlobRef) -> None:
-        files = sorted(self.dir.glob("*.part"), key=lambda q: q.stat().st_mtime)
-        used = sum(q.stat().st_size for q in files if q.stem != ref.digest)
-        for q in files:
+        # other downloads finish (their file moved into the store) or drop theirs while we list
+        # the directory: a file gone by the time we stat it is simply not counted. (Statting in
+        # the sort key once failed an unrelated download with ENOENT: an honest batch rejected.)
+        files: list[tuple[float, int, Path]] = []
+        for q in self.dir.glob("*.part"):
+            try:
+                st = q.stat()
+            except FileNotFoundError:
+                continue
+            files.append((st.st_mtime, st.st_size, q))
+        files.sort(key=lambda f: f[0])
+        used = sum(size for _, size, q in files if q.stem != ref.digest)
+        for _, size, q in files:
             if used + ref.size <= self.max_bytes:
                 break
             if q.stem == ref.digest or q.stem in self._open:
                 continue
-            used -= q.stat().st_size
+            used -= size
             q.unlink(missing_ok=True)
             log.info("dropped partial download %s to stay within bounds", q.stem[:16])
 
     def finish(self, ref: BlobRef) -> str:
-        """Move a complete partial into the blob store (hash-checked there); returns the id."""
+        """Move a complete partial into the blob store (hash-checked there); returns the id.
+
+        The partial stays listed as open until its file has moved, so ``_make_room`` (another
+        download opening) never deletes a file that is being finished."""
         with self._lock:
-            p = self._open.pop(ref.digest, None)
+            p = self._open.get(ref.digest)
         if p is not None:
             p.close()
-        return self.store.put_file(self.path(ref), expected_id=ref.id)
+        try:
+            return self.store.put_file(self.path(ref), expected_id=ref.id)
+        finally:
+            with self._lock:
+                if self._open.get(ref.digest) is p:
+                    self._open.pop(ref.digest, None)
 
     def release(self, ref: BlobRef, keep: bool = True) -> None:
         """Stop tracking an unfinished download; its file stays for a later resume if ``keep``."""

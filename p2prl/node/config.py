@@ -76,6 +76,13 @@ class NodeConfig:
         metadata={"help": "Local copy of the genesis model (HF directory), checked against the genesis first."},
     )
     device: str = field(default="cpu", metadata={"help": "Torch device: auto, cpu, cuda or cuda:N."})
+    report_weights_sha256: bool = field(
+        default=False,
+        metadata={
+            "help": "Report each version's full-model SHA-256 in /status (for run summaries; one hash "
+            "of the whole model per version)."
+        },
+    )
     engine: str = field(
         default="auto",
         metadata={

@@ -57,7 +57,9 @@ class Miner:
     def _activate(self, w: Weights) -> None:
         self.engine.load_state_dict(self.engine_state(w))
         self.active = w
-        self.ctx.status.set(version=w.version, weights_hash=w.hash, weights_sha256=sha256_of_state(w.state))
+        self.ctx.status.set(version=w.version, weights_hash=w.hash)
+        if self.ctx.config.report_weights_sha256:
+            self.ctx.status.set(weights_sha256=sha256_of_state(w.state))
 
     def _next_index(self, version: int) -> int:
         try:

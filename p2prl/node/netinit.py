@@ -17,6 +17,7 @@ from p2prl.crypto import KeyFileError, load_identity, load_or_create_identity
 from p2prl.node.assets import MODEL_FILES_ASSET, TASK_DATA_ASSET, asset_for, task_data_asset
 from p2prl.node.genesis import SignedGenesis, make_genesis, write_genesis
 from p2prl.protocol import (
+    DEFAULT_MAX_STALENESS,
     AssetSpec,
     GenerationSpec,
     ModelSpec,
@@ -45,7 +46,7 @@ class _TopLevel:
         metadata={"flag": "validator", "help": "Validator public key (hex) or key file."},
     )
     bootstrap: list[str] = field(default_factory=list, metadata={"help": "Bootstrap multiaddr (…/p2p/<id>)."})
-    max_staleness: int = field(default=4, metadata={"help": "Oldest usable rollout, in versions behind."})
+    max_staleness: int = field(default=DEFAULT_MAX_STALENESS, metadata={"help": "Oldest usable rollout, in versions behind."})
 
 
 def spec_name(f: dataclasses.Field[Any]) -> str:

@@ -3,23 +3,38 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from p2prl.lru import LRU
-from p2prl.net import Dialer, peer_id_of_public_key
+from p2prl.net import Dialer, Incoming, peer_id_of_public_key
+from p2prl.node.config import NodeConfig
+from p2prl.node.port import NetPort
+from p2prl.node.status import NodeStatus
 from p2prl.protocol import Heartbeat, Scores, Verdict
 from p2prl.reasons import NodeDrop
-
-if TYPE_CHECKING:
-    from p2prl.node.context import NodeContext
 
 log = logging.getLogger(__name__)
 
 
-Handler = Callable[[Any], None]
+Handler = Callable[[Incoming], None]
 STANDING_PER_SCORES = 256  # miners taken from one Scores message, highest first
+
+
+class PumpHost(Protocol):
+    """What the pump uses of a node (``NodeContext`` has it): the pump knows no context, so the
+    context can start pumps without an import circle."""
+
+    config: NodeConfig
+    net: NetPort
+    status: NodeStatus
+    stop: threading.Event
+
+    def publish(self, kind: str, msg: Any) -> bool: ...
+
+    def spawn(self, name: str, target: Callable[[], None]) -> threading.Thread: ...
 
 
 class Pump:
@@ -31,7 +46,7 @@ class Pump:
 
     def __init__(
         self,
-        ctx: NodeContext,
+        ctx: PumpHost,
         handlers: dict[str, Handler],
         holds: Callable[[], list[str]],
         version: Callable[[], int],
@@ -73,10 +88,9 @@ class Pump:
                 self._heartbeat()
             self._refresh_status()
 
-    def _on_heartbeat(self, item: Any) -> None:
+    def _on_heartbeat(self, item: Incoming) -> None:
         hb: Heartbeat = item.message
-        origin = getattr(item, "origin", item.from_peer)
-        if hb.peer_id != origin:
+        if hb.peer_id != item.origin:
             self.ctx.status.incr_label("dropped", NodeDrop.HEARTBEAT_PEER_MISMATCH)
             return
         for blob_id in hb.holds[: Heartbeat.HINTED_HOLDS]:

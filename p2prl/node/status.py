@@ -7,6 +7,7 @@ metrics, so the dashboard and a scraper never disagree.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -14,6 +15,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from p2prl.lru import LRU
+from p2prl.node.metrics import METRICS, Kind, declared
+
+log = logging.getLogger(__name__)
 
 MAX_SERIES = 256  # versions kept in per-version series (hashes)
 MAX_REWARD_SERIES = 2048  # versions kept in the reward series (its first versions matter to a summary)
@@ -52,12 +56,28 @@ class NodeStatus:
         with self._lock:
             self._info.update(kw)
 
+    def _declared(self, name: str, kind: Kind) -> bool:
+        """False (and the write counted as ``undeclared_metric{name}``) for a name p2prl.node.metrics
+        does not declare as ``kind``: a typo never starts a new series."""
+        if declared(name, kind):
+            return True
+        with self._lock:
+            first = f"{kind}:{name}" not in self._labelled.get("undeclared_metric", {})
+        if first:
+            log.error("metric %r is not declared as a %s in p2prl.node.metrics; not recorded", name, kind)
+        self.incr_label("undeclared_metric", f"{kind}:{name}")
+        return False
+
     def incr(self, name: str, n: int = 1) -> None:
+        if not self._declared(name, Kind.COUNTER):
+            return
         with self._lock:
             self._counters[name] = self._counters.get(name, 0) + n
 
     def incr_label(self, name: str, label: str, n: int = 1) -> None:
         """Count by label (a rejection reason, a drop reason); the number of labels is bounded."""
+        if not self._declared(name, Kind.LABELLED):
+            return
         with self._lock:
             d = self._labelled.setdefault(name, {})
             if label not in d and len(d) >= MAX_LABELS:
@@ -65,11 +85,15 @@ class NodeStatus:
             d[label] = d.get(label, 0) + n
 
     def gauge(self, name: str, value: float) -> None:
+        if not self._declared(name, Kind.GAUGE):
+            return
         with self._lock:
             self._gauges[name] = float(value)
 
     def gauge_max(self, name: str, value: float) -> None:
         """A gauge that only rises: the worst value seen (a validator's largest honest errors)."""
+        if not self._declared(name, Kind.GAUGE):
+            return
         with self._lock:
             self._gauges[name] = max(self._gauges.get(name, float("-inf")), float(value))
 
@@ -154,13 +178,13 @@ class StatusCollector:
         yield gauge("uptime_seconds", "Seconds since the node started.", s["uptime_s"])
         yield gauge("buffer_groups", "Rollout groups in the trainer's replay buffer.", s["buffer_groups"])
         for name, value in sorted(s["gauges"].items()):
-            yield gauge(name, f"{name} (see docs/NODE.md).", value)
+            yield gauge(name, METRICS[name].help, value)
         for name, value in sorted(s["counters"].items()):
-            c = CounterMetricFamily(f"p2prl_{name}", f"{name} (see docs/NODE.md).", labels=labels)
+            c = CounterMetricFamily(f"p2prl_{name}", METRICS[name].help, labels=labels)
             c.add_metric(base, float(value))
             yield c
         for name, by in sorted(s["labelled"].items()):
-            c = CounterMetricFamily(f"p2prl_{name}", f"{name} by reason.", labels=[*labels, "reason"])
+            c = CounterMetricFamily(f"p2prl_{name}", METRICS[name].help, labels=[*labels, "reason"])
             for reason, value in sorted(by.items()):
                 c.add_metric([*base, reason], float(value))
             yield c

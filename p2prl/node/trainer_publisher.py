@@ -102,6 +102,9 @@ class Publisher:
             self.record_sha(self.version, head)
 
     def record_sha(self, version: int, state: dict[str, torch.Tensor]) -> None:
+        """Each version's full-model SHA-256 for run summaries, only when asked (one hash of the model)."""
+        if not self.ctx.config.report_weights_sha256:
+            return
         sha = sha256_of_state(state)
         self.ctx.status.set(weights_sha256=sha)
         with self._sha_lock:

@@ -149,10 +149,16 @@ class Validator:
         self._last_scores = 0.0
         self.current = start
         ctx.status.set(
-            version=start.version, weights_hash=start.hash, weights_sha256=sha256_of_state(start.state)
+            version=start.version, weights_hash=start.hash
         )
+        self._report_sha(start)
         for k in PROOF_TOLERANCES:  # beside the largest errors seen (_record): how close honest miners come
             ctx.status.gauge(f"proof_{k}", getattr(vcfg, k))
+
+    def _report_sha(self, w: Weights) -> None:
+        """The full-model SHA-256 for run summaries, only when asked (one hash of the model)."""
+        if self.ctx.config.report_weights_sha256:
+            self.ctx.status.set(weights_sha256=sha256_of_state(w.state))
 
     # -- pump thread ----------------------------------------------------------------------
     def on_announcement(self, item: Any) -> None:
@@ -173,7 +179,7 @@ class Validator:
             for w in self.sync.take_all_staged():
                 self.cache.add(w)
                 self.current = w
-                ctx.status.set(weights_sha256=sha256_of_state(w.state))
+                self._report_sha(w)
                 with self.jq_cond:
                     self.jq.judged.prune(w.version)
             self._maybe_publish_scores()

@@ -34,6 +34,7 @@ def calibrate(
     fp_rollout_floor: float = 0.05,
     lp_floor: float = 0.05,
     lp_max_floor: float = 0.5,
+    sampling_floor: float = 0.002,
 ) -> tuple[ValidatorConfig, dict[str, float]]:
     """``base`` with fingerprint and logprob tolerances set from honest drift; returns the measurement.
 
@@ -45,7 +46,7 @@ def calibrate(
     bounded by the trainer anyway (``GRPOConfig.max_logprob_gap``, dual clipping).
 
     The sampling check's margin is the farthest an honest token's uniform lay outside its interval
-    (the engine's logits against the full forward's), times ``factor``, above the configured margin:
+    (the engine's logits against the full forward's), times ``factor``, above ``sampling_floor``:
     0 on the default model, ≈ 0.03 on the 24M one, whose honest drift is dense; a temperature-0.8
     sampler still puts 17% of its tokens beyond that (docs/PROOF.md).
 
@@ -96,6 +97,6 @@ def calibrate(
         fingerprint_tol_rollout=max(fp_rollout_floor, factor * worst["fp_rollout"]),
         logprob_tol_mean=max(lp_floor, factor * worst["lp_max"] / 2),
         logprob_tol_max=max(lp_max_floor, max_factor * worst["lp_max"]),
-        sampling_margin=max(base.sampling_margin, factor * worst["sampling_dist"]),
+        sampling_margin=max(sampling_floor, factor * worst["sampling_dist"]),
     )
     return cfg, worst

@@ -74,7 +74,9 @@ class ValidatorConfig:
     # outside its interval under the validator's distribution is a miss; honest numerics make misses
     # at most at sampling_miss_rate, so a batch whose misses are beyond what that rate gives with
     # probability sampling_alpha was not drawn from its uniforms (sharpened, re-drawn, picked)
-    sampling_margin: float = 0.002
+    # (0.05 uncalibrated: across engines and devices; calibration sets it from this engine's own honest
+    # distances, 0.002 at the least)
+    sampling_margin: float = 0.05
     sampling_miss_rate: float = 1e-4
     sampling_alpha: float = 1e-9
     # a repeated (prompt, completion) is a copy when its probability under the model is below this

@@ -11,6 +11,7 @@ from p2prl.protocol.blobs import (
 )
 from p2prl.protocol.fields import is_hex
 from p2prl.protocol.messages import (
+    DEFAULT_MAX_STALENESS,
     MAX_ENVELOPE_BYTES,
     Genesis,
     GroupVerdict,
@@ -35,6 +36,7 @@ from p2prl.protocol.sections import (
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_MAX_STALENESS",
     "MAX_CHUNKS",
     "MAX_CHUNK_SIZE",
     "MAX_ENVELOPE_BYTES",

@@ -47,6 +47,9 @@ from p2prl.reasons import InputReason
 
 MAX_ENVELOPE_BYTES = 512 * 1024
 MAX_VERSION = 2**40
+# A network's max_staleness (versions a rollout may lag the trainer) when its genesis is made without
+# one: the default every part takes from here.
+DEFAULT_MAX_STALENESS = 4
 ROLES = ("trainer", "miner", "validator")
 KINDS = ("delta", "anchor")
 

@@ -73,6 +73,8 @@ def init() -> None:
 
 
 def shutdown() -> None:
+    """Leave the process group. Every rank does before it exits: a process that exits still holding
+    one aborts now and then at interpreter teardown ("terminate called without an active exception")."""
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -394,7 +396,8 @@ class Leader:
                     self._lock.release()
 
     def close(self) -> None:
-        """Tell the followers to exit (skipped after a failure: they are gone or will time out)."""
+        """Tell the followers to exit (skipped after a failure: they are gone or will time out), then
+        leave the process group."""
         with self._lock:
             if self._closed.is_set():
                 return
@@ -404,6 +407,10 @@ class Leader:
                     _bcast(("stop", ()))
                 except Exception as e:
                     log.warning("followers could not be told to stop: %s", e)
+            try:
+                shutdown()
+            except Exception as e:
+                log.warning("could not leave the process group: %s", e)
 
 
 def _run(learner: ShardedGRPO, op: str, args: tuple[Any, ...]) -> Any:
@@ -461,5 +468,6 @@ def follow() -> None:
     while True:
         op, args = _bcast()
         if op == "stop":
+            shutdown()
             return
         _run(learner, op, args)

@@ -138,6 +138,7 @@ def test_diff_refuses_tensors_apply_would_refuse(tmp_path, name, shape, reason):
     assert "Traceback" not in r.output and _no_output(tmp_path, "p.patch")
 
 
+@pytest.mark.slow
 def test_patch_commands_do_not_import_torch(files):
     """The file commands run on numpy bit views: torch's import (≈2 s) is not paid."""
     d, _ = files

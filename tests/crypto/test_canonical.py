@@ -13,6 +13,7 @@ values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @given(values)
 def test_roundtrip_is_identity(v):
     b = canonical_bytes(v)

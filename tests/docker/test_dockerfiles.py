@@ -139,6 +139,7 @@ def test_build_context_is_an_allowlist() -> None:
     assert (ROOT / "p2prl" / "rl" / "data").is_dir()
 
 
+@pytest.mark.slow
 def test_build_context_builds_the_package(tmp_path: Path) -> None:
     """The wheel built from exactly the build context holds every module and data file, and the entry point."""
     import zipfile

@@ -172,7 +172,7 @@ def _check_leaf(
         if any(e in env for e in envvars):
             continue
         kind = "option" if _is_option(p) else "argument"
-        raise CliMismatch(f"{where}: missing required {kind} {p.human_readable_name}")
+        raise CliMismatch(f"{where}: missing required {kind} {getattr(p, 'human_readable_name', p.name)}")
 
 
 def command_paths(cmd: Any = None, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:

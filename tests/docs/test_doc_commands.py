@@ -185,8 +185,8 @@ def _all_option_names() -> set[str]:
     return {n for path in command_paths() for n in option_names(path)}
 
 
-# Flags of other programs that the guides mention in prose.
-_FOREIGN_FLAGS = {"--gpus", "--build", "--build-arg", "--rm", "--restart"}
+# Flags of other programs (docker, pytest) that the guides mention in prose.
+_FOREIGN_FLAGS = {"--gpus", "--build", "--build-arg", "--rm", "--restart", "--strict-markers"}
 
 
 @pytest.mark.parametrize("doc", GUIDES, ids=lambda p: _rel(p))
@@ -198,6 +198,7 @@ def test_flags_named_in_prose_exist(doc: Path) -> None:
     assert not unknown, f"{_rel(doc)} names options no p2prl command has: {unknown}"
 
 
+@pytest.mark.slow
 def test_help_of_every_command_shown() -> None:
     from typer.testing import CliRunner
 

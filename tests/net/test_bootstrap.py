@@ -36,6 +36,7 @@ def _connected(node: P2PNode, peer: str) -> bool:
     return any(p.peer_id == peer and p.connected for p in node.peers())
 
 
+@pytest.mark.slow
 def test_bootstrap_down_then_up(
     make_node: Callable[..., P2PNode], caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
@@ -67,6 +68,7 @@ def test_bootstrap_wrong_peer_id(make_node: Callable[..., P2PNode], caplog: pyte
     assert "handshake failed" in msg and "peer id" in msg, msg
 
 
+@pytest.mark.slow
 def test_bootstrap_of_another_network(
     make_node: Callable[..., P2PNode], caplog: pytest.LogCaptureFixture
 ) -> None:

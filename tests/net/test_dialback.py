@@ -7,6 +7,8 @@ import struct
 import time
 from collections.abc import Callable
 
+import pytest
+
 from p2prl.net import dialback
 from p2prl.net.node import P2PNode
 
@@ -41,6 +43,7 @@ def test_reachable_node_is_confirmed(make_node: Callable[..., P2PNode]) -> None:
     assert b.stats()["reachable"] == 1
 
 
+@pytest.mark.slow
 def test_helper_is_bounded_and_survives_garbage(make_node: Callable[..., P2PNode]) -> None:
     helper, asker = make_node("helper"), make_node("asker")
     asker.connect(helper.addrs[0])

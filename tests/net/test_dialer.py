@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from p2prl.net.dialer import DialBudget, Dialer
 
 
@@ -28,6 +30,7 @@ def connected(a, b) -> bool:
     return any(p.peer_id == b.peer_id and p.connected for p in a.peers())
 
 
+@pytest.mark.slow
 def test_loopback_addresses_dialled_only_on_a_local_network(make_node) -> None:
     me, target = make_node("me"), make_node("target")
     d = dialer_for(me)  # a public network: a heartbeat naming 127.0.0.1 (or 169.254.169.254) is ignored

@@ -1,7 +1,7 @@
 """Item 6 of docs/SECURITY.md: peers that claim a blob (provider hints) must not starve its holder."""
 
+from p2prl.bench.peerproc import blob_bytes
 from p2prl.net.config import Limits, NetConfig
-from p2prl.net.peerproc import blob_bytes
 from p2prl.protocol.blobs import blob_ref_for
 
 CH = 64 * 1024

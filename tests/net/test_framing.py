@@ -4,9 +4,9 @@ import time
 
 import pytest
 
+from p2prl.bench.peerproc import blob_bytes
 from p2prl.net.config import Limits, NetConfig
 from p2prl.net.node import FetchError
-from p2prl.net.peerproc import blob_bytes
 from p2prl.protocol.blobs import BlobRef, blob_ref_for
 
 CH = 64 * 1024

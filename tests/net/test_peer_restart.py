@@ -13,10 +13,12 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
+from p2prl.bench.peerproc import blob_bytes
 from p2prl.crypto.keys import Identity
 from p2prl.net.config import NetConfig
 from p2prl.net.node import P2PNode
-from p2prl.net.peerproc import blob_bytes
 from p2prl.net.topics import heartbeats_topic
 from p2prl.protocol import Heartbeat, encode_message
 from p2prl.protocol.blobs import blob_ref_for
@@ -132,6 +134,7 @@ def test_peer_restarted_after_clean_stop(tmp_path: Path) -> None:
                 n.stop()
 
 
+@pytest.mark.slow
 def test_peer_restarted_after_vanishing(tmp_path: Path) -> None:
     """The old connection stays half-open on ``a``'s side: ``a`` must notice and use the new one."""
     ib = Identity.generate()

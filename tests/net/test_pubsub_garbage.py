@@ -8,7 +8,7 @@ import time
 
 import trio
 
-from p2prl.net.peerproc import blob_bytes
+from p2prl.bench.peerproc import blob_bytes
 from p2prl.protocol.blobs import blob_ref_for
 
 GARBAGE = b"\xff\xff\xff\xff"  # field 31 with wire type 7: no protobuf parses it

@@ -2,10 +2,10 @@
 
 import trio
 
+from p2prl.bench.peerproc import blob_bytes
 from p2prl.net import chunkproto as cp
 from p2prl.net.config import Limits, NetConfig
 from p2prl.net.node import P2PNode
-from p2prl.net.peerproc import blob_bytes
 from p2prl.protocol.blobs import BlobRef, blob_ref_for
 
 CH = 64 * 1024

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
+from p2prl.bench.peerproc import PeerProcess, blob_bytes
 from p2prl.net.config import NetConfig
 from p2prl.net.node import P2PNode
-from p2prl.net.peerproc import PeerProcess, blob_bytes
 from p2prl.net.s3 import S3Config, S3Mirror
 from p2prl.protocol.blobs import blob_ref_for
 
@@ -64,6 +64,7 @@ def test_two_providers_in_process_and_resume(make_node) -> None:
     assert a.stats()["bytes_up"] + b.stats()["bytes_up"] >= ref.size
 
 
+@pytest.mark.slow
 def test_malicious_provider_is_banned_and_download_completes(make_node, procs, tmp_path) -> None:
     size = 4 * 1024 * 1024
     ref = blob_ref_for(blob_bytes(11, size), CH)
@@ -84,6 +85,7 @@ def test_malicious_provider_is_banned_and_download_completes(make_node, procs, t
     assert evil.call("connect", me.addrs) in (0, 1)
 
 
+@pytest.mark.slow
 def test_upload_cap_paces_and_overflows_to_other_providers(make_node, procs, tmp_path) -> None:
     """A provider capped at 1 MB/s sends at that rate; when its uplink is booked beyond a quarter of
     its stream timeout (0.1 s here, i.e. more than one 64 KiB chunk ahead) it answers BUSY, and the
@@ -121,6 +123,7 @@ def test_upload_cap_paces_and_overflows_to_other_providers(make_node, procs, tmp
     assert free.call("stats")["bytes_up"] > size
 
 
+@pytest.mark.slow
 def test_provider_killed_mid_transfer(make_node, procs, tmp_path) -> None:
     size = 4 * 1024 * 1024
     ref = blob_ref_for(blob_bytes(12, size), CH)
@@ -140,6 +143,7 @@ def test_provider_killed_mid_transfer(make_node, procs, tmp_path) -> None:
     assert hashlib.sha256(box["path"].read_bytes()).hexdigest() == ref.id
 
 
+@pytest.mark.slow
 def test_all_peers_killed_s3_completes(make_node, procs, tmp_path, s3_config) -> None:
     size = 2 * 1024 * 1024
     data = blob_bytes(13, size)
@@ -160,6 +164,7 @@ def test_all_peers_killed_s3_completes(make_node, procs, tmp_path, s3_config) ->
     assert s["bytes_s3"] > 0 and s["bytes_down"] > 0
 
 
+@pytest.mark.slow
 def test_s3_down_peers_complete(make_node, procs, tmp_path) -> None:
     size = 8 * CH
     ref = blob_ref_for(blob_bytes(14, size), CH)
@@ -189,6 +194,7 @@ def test_no_source_fails_in_time(make_node) -> None:
     assert time.monotonic() - t0 < 10
 
 
+@pytest.mark.slow
 def test_peers_only_fetch_never_asks_s3(make_node, s3_config) -> None:
     """Rollout batches are on no mirror: a peers-only fetch fails in time without a single S3 request,
     while the same blob with S3 allowed comes from S3."""

@@ -32,7 +32,7 @@ def test_hf_model_network(make_net, wait_for, hf_model_dir: Callable[..., Path],
     try:
         wait_for(lambda: t.role.chain.version == 0, 60, "version 0")
         t.role.pause()  # a random model gives equal rewards: versions move when this test publishes
-        v = start_node(net.config("validator", model=d))
+        v = start_node(net.config("validator", model=d, report_weights_sha256=True))
         m = start_node(net.config("miner1", model=d))
         for seed in (1, 2):
             t.role.publish(perturb_state(t.role.chain.state, 0.01, seed=seed))

@@ -199,6 +199,7 @@ def test_scores_message_bounded(arena: Arena) -> None:
     assert miners.items() <= got.items()
 
 
+@pytest.mark.slow
 def test_validator_stall(arena: Arena) -> None:
     """Item 4: announcements of blobs nobody serves, from many keys, must not hold up an honest
     miner's next batch (the judging thread runs as in a node)."""

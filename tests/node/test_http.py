@@ -9,6 +9,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 from p2prl.dashboard import fetch_status
 from p2prl.node.http import StatusServer
 from p2prl.node.status import NodeStatus
@@ -20,6 +22,7 @@ def handler_threads() -> int:
     )
 
 
+@pytest.mark.slow
 def test_idle_clients_are_bounded_and_dropped() -> None:
     server = StatusServer(NodeStatus("miner", "ab" * 32, "net")).start()
     idle = []

@@ -51,6 +51,7 @@ def test_failed_rollout_download_leaves_no_partial(validator) -> None:
     assert partial_files(validator) == []
 
 
+@pytest.mark.slow
 def test_partial_rescan_does_not_freeze_the_network_thread(validator) -> None:
     net = validator.net
     ref = junk_ref(256 * MIB, 16 * MIB)

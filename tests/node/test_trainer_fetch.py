@@ -8,6 +8,8 @@ import os
 import time
 from dataclasses import replace
 
+import pytest
+
 from p2prl.net.node import P2PNode
 from p2prl.node.startup import build_context
 from p2prl.node.trainer import Trainer
@@ -19,6 +21,7 @@ from p2prl.reasons import VerdictReason
 from p2prl.store import BlobStore
 
 
+@pytest.mark.slow
 def test_stalled_miner_does_not_hold_up_other_batches(make_net, tmp_path) -> None:
     net = make_net()
     ctx = build_context(net.config("trainer"))

@@ -22,3 +22,57 @@ def test_calibrated_config_accepts_honest_and_rejects_other_weights(world: World
     assert {g.reason for g in verdict.groups} == {VerdictReason.OK}
     forged = world.mine(model=world.other, indices=(52, 53))
     assert not v.check(forged.announcement, MINER, forged.blob, VERSION).valid_groups
+
+
+def _batch_with_moved_states(world: World, moved: float, everywhere: bool):
+    """An honest batch whose first rollout is cut to its first token (a 1-token completion, as the
+    default task's answers often are), with the hidden state of that one position moved by ``moved``
+    of its norm (what one bf16 element rounded the other way does, carried through the last layers)
+    or, with ``everywhere``, every position of every rollout moved so (a cheaper model)."""
+    import torch
+
+    from p2prl.proof.batch import build_batch
+    from p2prl.proof.miner import announce, sample_keys
+    from p2prl.rl.engine import HFEngine, Sample
+    from p2prl.rl.tasks import derive_seed
+
+    idx = [70, 71]
+    problems = [world.task.problem(derive_seed(MH, MINER, i)) for i in idx]
+    prompts = [world.tok.encode_prompt(p.prompt) for p in problems]
+    out = HFEngine(world.model, world.tok).generate(prompts, 4, PARAMS, sample_keys(MH, MINER, idx, 4))
+    g = torch.Generator().manual_seed(0)
+
+    def move(h: torch.Tensor) -> torch.Tensor:
+        noise = torch.randn(h.shape, generator=g)
+        return h + moved * h.norm(dim=-1, keepdim=True) * noise / noise.norm(dim=-1, keepdim=True)
+
+    groups = []
+    for gi, (i, prob, prompt, samples) in enumerate(zip(idx, problems, prompts, out, strict=True)):
+        fixed = []
+        for ri, s in enumerate(samples):
+            if gi == 0 and ri == 0:
+                s = Sample(s.prompt_ids, s.completion_ids[:1], s.logprobs[:1], s.hidden[:1])
+                s.hidden = move(s.hidden)
+            elif everywhere:
+                s.hidden = move(s.hidden)
+            fixed.append(s)
+        rewards = [world.task.reward(prob, world.tok.decode(s.completion_ids)) for s in fixed]
+        groups.append((i, prompt, fixed, rewards))
+    return announce(build_batch(VERSION, MH, MINER, groups))
+
+
+def test_one_honest_outlier_position_passes_and_a_cheaper_model_does_not(world: World) -> None:
+    """The root cause of honest rejections in the demo: the KV-cache step and the full forward now and
+    then round one element of one position differently, and a 1-token rollout then carries a 2–3%
+    error in its only position. Judged by the calibrated defaults, that batch passes; the same error
+    at every position (a cheaper model) fails."""
+    cfg, _ = calibrate(world.model, world.tok, world.task, PARAMS, MH, world.config, n_prompts=2, group_size=4)
+    v = RolloutValidator.for_model(world.model, world.tok, world.task, VERSION, MH, config=cfg)
+    p = _batch_with_moved_states(world, 0.025, everywhere=False)
+    verdict = v.check(p.announcement, MINER, p.blob, VERSION)
+    assert verdict.stats.fingerprint_err_max > 0.016  # past the old per-rollout floor
+    assert {g.reason for g in verdict.groups} == {VerdictReason.OK}
+    v = RolloutValidator.for_model(world.model, world.tok, world.task, VERSION, MH, config=cfg)
+    q = _batch_with_moved_states(world, 0.025, everywhere=True)
+    verdict = v.check(q.announcement, MINER, q.blob, VERSION)
+    assert verdict.hard_failure and VerdictReason.FINGERPRINT in {g.reason for g in verdict.groups}

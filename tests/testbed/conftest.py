@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from p2prl.net.peerproc import PeerProcess
+from p2prl.bench.peerproc import PeerProcess
 from p2prl.testbed.bed import HostSpec, Testbed
 from p2prl.testbed.netns import nat_unavailable_reason, unavailable_reason
 

@@ -18,6 +18,8 @@ import pytest
 from p2prl.testbed.bed import HostSpec, Testbed, hosts_spec
 from p2prl.testbed.netns import PREFIX, list_namespaces
 
+pytestmark = pytest.mark.testbed
+
 SINK = "import socket;s=socket.socket();s.bind(('0.0.0.0',5000));s.listen();c,a=s.accept();print(a[0])"
 
 

@@ -7,9 +7,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from p2prl.net.peerproc import PeerProcess, blob_bytes
+import pytest
+
+from p2prl.bench.peerproc import PeerProcess, blob_bytes
 from p2prl.protocol.blobs import blob_ref_for
 from p2prl.testbed.bed import Testbed, hosts_spec
+
+pytestmark = pytest.mark.testbed
 
 SIZE = 4 * 1024 * 1024
 CHUNK = 256 * 1024

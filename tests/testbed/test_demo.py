@@ -14,7 +14,7 @@ import pytest
 from p2prl.demo import DemoOptions, run_demo_testbed
 from p2prl.testbed import list_namespaces
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
 
 def test_demo_on_testbed_with_nat_churn_and_discovery(nat_ok: None, tmp_path: Path) -> None:

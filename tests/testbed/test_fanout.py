@@ -3,7 +3,11 @@ publisher uploads the blob about once, and one transfer really runs at link spee
 
 from __future__ import annotations
 
+import pytest
+
 from p2prl.bench.fanout import run_fanout_testbed
+
+pytestmark = pytest.mark.testbed
 
 
 def test_fanout_on_rate_limited_links(nat_ok: None) -> None:

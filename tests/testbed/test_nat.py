@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from p2prl.net.peerproc import PeerProcess, blob_bytes
+import pytest
+
+from p2prl.bench.peerproc import PeerProcess, blob_bytes
 from p2prl.protocol.blobs import blob_ref_for
 from p2prl.testbed.bed import Testbed, hosts_spec
+
+pytestmark = pytest.mark.testbed
 
 SIZE = 3 * 1024 * 1024 + 17
 CHUNK = 256 * 1024

@@ -12,6 +12,8 @@ import pytest
 from p2prl.bench.nat import run_nat
 from p2prl.testbed import list_namespaces
 
+pytestmark = pytest.mark.testbed
+
 
 @pytest.mark.slow
 def test_two_nated_miners_relay_hole_punch_and_patches(nat_ok: None) -> None:
