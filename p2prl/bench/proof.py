@@ -453,6 +453,7 @@ def honest_acceptance(
     train_steps: int = 0,
     lr: float = 3e-3,
     max_new_tokens: int = 0,
+    engine: str = "hf",
 ) -> dict[str, Any]:
     """``p2prl bench honest``: honest miners at every (engine batch size, thread count), each batch
     judged with every rollout recomputed by a validator with calibrated tolerances, as a node runs
@@ -464,7 +465,10 @@ def honest_acceptance(
     miner judged on a CPU validator) shows what crossing devices costs. ``train_steps`` first trains
     the model that many GRPO-shaped steps (a trained policy's logits are larger and peakier than a
     random init's, which is where bf16 rounding shows); ``max_new_tokens`` overrides the completion
-    length."""
+    length. ``engine="vllm"``: the miner is a vLLM miner (``node.engine.VLLMMinerEngine``: vLLM picks
+    the tokens, one teacher-forced transformers pass gives the states and logprobs) on the model
+    written to a directory; vLLM batches by itself, so batch sizes and threads do not apply (one row,
+    batch 0, threads 0); a model vLLM cannot run is skipped with the reason."""
     import torch
 
     from p2prl.rl.engine import HFEngine
@@ -487,45 +491,55 @@ def honest_acceptance(
             groups_per_batch=8,
             checked_per_group=0,
         )
+        vllm_miner = None
+        if engine == "vllm":
+            vllm_miner = _vllm_miner(miner_model, setup.tokenizer, miner_device)
+            if isinstance(vllm_miner, str):
+                log(f"{setup.name}: skipped: {vllm_miner}")
+                out[setup.name] = {"skipped": vllm_miner, "settings": []}
+                continue
         cfg, drift = calibrate(val_model, setup.tokenizer, setup.task, p, mh, base)
         tol = {k: getattr(cfg, k) for k in TOLERANCES}
         log(f"{setup.name}: calibrated {tol} from honest drift {drift}")
         rows = []
-        for bs in batch_sizes:
-            for th in threads:
-                v = RolloutValidator.for_model(val_model, setup.tokenizer, setup.task, 5, mh, config=cfg)
-                row = {"batch_size": bs, "threads": th, "n": 0, "accepted": 0, "reasons": {}}
-                worst = {
-                    "fingerprint_err_max": 0.0,
-                    "fingerprint_err_quantile": 0.0,
-                    "logprob_err_max": 0.0,
-                    "sampling_misses": 0,
-                    "sampling_dist_max": 0.0,
-                }
-                t0, b = time.perf_counter(), 0
-                while row["n"] < n_rollouts:
-                    idx = list(range(8 * b, 8 * b + 8))
-                    saved = torch.get_num_threads()
+        settings = [(0, 0)] if vllm_miner is not None else [(b, t) for b in batch_sizes for t in threads]
+        for bs, th in settings:
+            v = RolloutValidator.for_model(val_model, setup.tokenizer, setup.task, 5, mh, config=cfg)
+            row = {"batch_size": bs, "threads": th, "n": 0, "accepted": 0, "reasons": {}}
+            worst = {
+                "fingerprint_err_max": 0.0,
+                "fingerprint_err_quantile": 0.0,
+                "logprob_err_max": 0.0,
+                "sampling_misses": 0,
+                "sampling_dist_max": 0.0,
+            }
+            t0, b = time.perf_counter(), 0
+            while row["n"] < n_rollouts:
+                idx = list(range(8 * b, 8 * b + 8))
+                saved = torch.get_num_threads()
+                if th:
                     torch.set_num_threads(th)  # the miner's threads; the validator keeps the default
-                    try:
-                        eng = HFEngine(miner_model, setup.tokenizer, max_batch=bs)
-                        pb = mine_batch(eng, setup.task, 5, mh, MINER_A, idx, GROUP_SIZE, replace(p, seed=b))
-                    finally:
+                try:
+                    eng = vllm_miner or HFEngine(miner_model, setup.tokenizer, max_batch=bs)
+                    pb = mine_batch(eng, setup.task, 5, mh, MINER_A, idx, GROUP_SIZE, replace(p, seed=b))
+                finally:
+                    if th:
                         torch.set_num_threads(saved)
-                    verdict = v.check(pb.announcement, MINER_A, pb.blob, 5)
-                    row["n"] += pb.batch.n_rollouts
-                    row["accepted"] += verdict.accepted_rollouts
-                    for r, c in verdict.reasons().items():
-                        row["reasons"][r] = row["reasons"].get(r, 0) + c
-                    for k in worst:
-                        worst[k] = max(worst[k], getattr(verdict.stats, k))
-                    b += 1
-                row.update(worst, seconds=time.perf_counter() - t0)
-                log(f"  {setup.name:5s} batch {bs:2d} threads {th}: {row['accepted']}/{row['n']} {row}")
-                rows.append(row)
+                verdict = v.check(pb.announcement, MINER_A, pb.blob, 5)
+                row["n"] += pb.batch.n_rollouts
+                row["accepted"] += verdict.accepted_rollouts
+                for r, c in verdict.reasons().items():
+                    row["reasons"][r] = row["reasons"].get(r, 0) + c
+                for k in worst:
+                    worst[k] = max(worst[k], getattr(verdict.stats, k))
+                b += 1
+            row.update(worst, seconds=time.perf_counter() - t0)
+            log(f"  {setup.name:5s} batch {bs:2d} threads {th}: {row['accepted']}/{row['n']} {row}")
+            rows.append(row)
         out[setup.name] = {
             "tolerances": tol,
             "calibration_drift": drift,
+            "engine": engine,
             "devices": {"miner": miner_device, "validator": validator_device},
             "train_steps": train_steps,
             "max_new_tokens": p.max_new_tokens,
@@ -534,3 +548,19 @@ def honest_acceptance(
     total = sum(r["n"] for m in out.values() for r in m["settings"])
     accepted = sum(r["accepted"] for m in out.values() for r in m["settings"])
     return {"rollouts": total, "accepted": accepted, "false_rejects": total - accepted, "models": out}
+
+
+def _vllm_miner(model: Any, tokenizer: Any, device: str) -> Any:
+    """A vLLM miner on ``model`` (written to a temporary directory), or why vLLM cannot run it."""
+    import tempfile
+
+    from p2prl.node.engine import VLLMMinerEngine
+    from p2prl.rl import open_vllm, vllm_unsupported
+
+    d = Path(tempfile.mkdtemp(prefix="p2prl-honest-vllm-"))
+    model.save_pretrained(str(d))
+    why = vllm_unsupported(d, device)
+    if why is not None:
+        return why
+    inner = open_vllm(d, tokenizer, device, enforce_eager=not device.startswith("cuda"))
+    return VLLMMinerEngine(inner, model)

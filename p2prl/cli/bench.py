@@ -215,6 +215,7 @@ def bench_honest(
     train_steps: int = typer.Option(0, "--train-steps", min=0, help="Train the model this many steps first."),
     lr: float = typer.Option(3e-3, "--lr", help="Learning rate of those steps."),
     max_new_tokens: int = typer.Option(0, "--max-new-tokens", min=0, help="Completion length (0: default)."),
+    engine: str = typer.Option("hf", "--engine", help="The miner's engine: hf or vllm (a vLLM miner)."),
     cache_dir: Path = typer.Option(_CACHE, "--cache-dir"),
 ) -> None:
     """Honest acceptance (the false-reject rate) across engine batch sizes, thread counts and devices."""
@@ -232,6 +233,7 @@ def bench_honest(
         train_steps=train_steps,
         lr=lr,
         max_new_tokens=max_new_tokens,
+        engine=engine,
     )
     typer.echo(json.dumps(result, sort_keys=True, default=float))
 

@@ -42,6 +42,8 @@ _DECLARED: list[Metric] = [
     Metric("batch_bytes", G, "Size of the miner's last rollout batch blob."),
     Metric("tokens_per_s", G, "The miner's generation throughput (completion tokens per second)."),
     Metric("own_score", G, "This miner's score in the validators' latest Scores."),
+    Metric("engine_weights_checked", C, "Version switches whose vLLM engine weights were read back."),
+    Metric("engine_weights_mismatch", C, "Of those, switches whose engine weights were not the version's."),
     # validator (groups_accepted/_rejected and rejected also count verdicts about a miner itself)
     Metric("groups_accepted", C, "Rollout groups accepted (validator: its verdicts; miner: about it)."),
     Metric("groups_rejected", C, "Rollout groups rejected (validator: its verdicts; miner: about it)."),
