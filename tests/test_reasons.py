@@ -22,7 +22,7 @@ WIRE = {
     VerdictReason: "ok blob_mismatch stale future_version unknown_version manifest_mismatch index_gap "
     "distribution not_checked unreachable batch_malformed batch_oversized batch_vocab header_mismatch group_count "
     "commitment_mismatch duplicate_index index_order group_size length prompt_mismatch reward duplicate "
-    "copied fingerprint logprob distribution_batch",
+    "copied fingerprint logprob distribution_batch sampling",
     NodeDrop: "duplicate_announcement known_unfetchable signer_quota validator_queue_full "
     "validator_queue_evicted verdict_signer verdict_veto verdict_after_decision verdict_unknown_blob "
     "verdict_mismatch fetch_queue_full stale_rollouts vetoed_rollouts manifest s3_manifest "
@@ -44,7 +44,7 @@ SETS = {
         HARD_FAILURES,
         "batch_malformed batch_oversized batch_vocab header_mismatch group_count commitment_mismatch "
         "duplicate_index index_order group_size length prompt_mismatch reward duplicate copied "
-        "fingerprint logprob distribution_batch",
+        "fingerprint logprob distribution_batch sampling",
     ),
     "soft": (
         SOFT_FAILURES,

@@ -29,9 +29,11 @@ from __future__ import annotations
 import hashlib
 import os
 import queue
+import sys
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +100,29 @@ def default_key(seed: int, prompt_index: int, sample_index: int) -> bytes:
     ).digest()
 
 
+@contextmanager
+def _without_context_proxies() -> Iterator[None]:
+    """Modules holding werkzeug context proxies (flask's ``request``, ``g``, …) out of ``sys.modules``
+    while an engine starts: vLLM's CPU platform scans every loaded module's attributes for Triton
+    kernels to override, and such a proxy raises RuntimeError outside an application context (a
+    process that also runs an S3 endpoint through flask, as the demo and its tests do)."""
+    try:
+        from werkzeug.local import LocalProxy
+    except ImportError:
+        yield
+        return
+    hidden = {}
+    for name, mod in list(sys.modules.items()):
+        ns = getattr(mod, "__dict__", None)
+        # type(), not isinstance(): a proxy answers __class__ through the object it stands for
+        if isinstance(ns, dict) and any(issubclass(type(v), LocalProxy) for v in list(ns.values())):
+            hidden[name] = sys.modules.pop(name)
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
+
+
 def _serve(calls: queue.SimpleQueue[Any]) -> None:
     """The engine's thread: run each queued call, hand back its result; None ends it."""
     while (item := calls.get()) is not None:
@@ -106,6 +131,11 @@ def _serve(calls: queue.SimpleQueue[Any]) -> None:
             fut.set_result(fn(*args, **kwargs))
         except BaseException as e:
             fut.set_exception(e)
+
+
+def _start(llm: Any, **kw: Any) -> Any:
+    with _without_context_proxies():
+        return llm(**kw)
 
 
 class VLLMEngine:
@@ -150,6 +180,7 @@ class VLLMEngine:
         threading.Thread(target=_serve, args=(self._calls,), name="vllm-engine", daemon=True).start()
         kw: dict[str, Any] = {} if cpu else {"gpu_memory_utilization": gpu_memory_utilization}
         self.llm = self._call(
+            _start,
             LLM,
             model=str(model_dir),
             dtype="bfloat16",

@@ -7,6 +7,9 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+# flask loaded first, as in a process serving S3 through it: its context proxies must not break the
+# engine's start, which scans every loaded module
+import flask  # noqa: F401
 import numpy as np
 import pytest
 import torch
