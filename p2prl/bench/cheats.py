@@ -18,7 +18,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from p2prl.bench.proof import GROUP_SIZE, ModelSetup, int8_round_trip, manifest_of, setups, train_versions
+from p2prl.bench.proof import (
+    GROUP_SIZE,
+    TOLERANCES,
+    ModelSetup,
+    int8_round_trip,
+    manifest_of,
+    setups,
+    train_versions,
+)
 from p2prl.proof.batch import build_batch
 from p2prl.proof.calibrate import calibrate
 from p2prl.proof.miner import PreparedBatch, announce, mine_batch, sample_keys
@@ -216,17 +224,7 @@ def run(
                 reasons[str(r)] = reasons.get(str(r), 0) + c
         table.append({"case": case, "n": n, "accepted": acc, "reasons": reasons})
         log(f"  {case:18s} {acc:4d}/{n:<4d} {reasons}")
-    tol = {
-        k: getattr(cfg, k)
-        for k in (
-            "fingerprint_tol",
-            "fingerprint_tol_rollout",
-            "logprob_tol_mean",
-            "logprob_tol_max",
-            "sampling_margin",
-            "sampling_miss_rate",
-        )
-    }
+    tol = {k: getattr(cfg, k) for k in TOLERANCES}
     return {
         "cases": table,
         "tolerances": tol,
