@@ -156,9 +156,9 @@ class DialBudget:
             self._tried.pop(next(iter(self._tried)))
         ok = self._tokens >= 1.0 and target not in self._tried
         if ok and not self.local:
-            ip, net = target[0], _subnet(target[0])
+            ip, net = target[0], subnet_of(target[0])
             ok = sum(1 for t in self._tried if t[0] == ip) < self.PER_IP and (
-                sum(1 for t in self._tried if _subnet(t[0]) == net) < self.PER_SUBNET
+                sum(1 for t in self._tried if subnet_of(t[0]) == net) < self.PER_SUBNET
             )
         if not ok:
             self.refused += 1
@@ -181,12 +181,13 @@ def _target(addr: str) -> tuple[str, str]:
     return (parts[2], parts[4] if len(parts) > 4 else "") if len(parts) > 2 else (addr, "")
 
 
-def _subnet(host: str) -> str:
+def subnet_of(ip: str) -> str:
+    """The /24 (IPv4) or /48 (IPv6) an address is in; the address itself when it is none."""
     try:
-        ip = ipaddress.ip_address(host)
+        addr = ipaddress.ip_address(ip)
     except ValueError:
-        return host
-    return str(ipaddress.ip_network(f"{host}/{24 if ip.version == 4 else 48}", strict=False))
+        return ip
+    return str(ipaddress.ip_network(f"{ip}/{24 if addr.version == 4 else 48}", strict=False))
 
 
 def _dialable(addr: str, local: bool = False) -> bool:

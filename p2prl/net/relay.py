@@ -25,7 +25,6 @@ through the transport would also reserve a slot at the relay unless the client r
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import time
 from collections.abc import Callable
@@ -40,21 +39,13 @@ from libp2p.tools.constants import MAX_READ_LEN
 from p2prl.net.config import RelayBounds
 from p2prl.net.conns import is_relayed
 from p2prl.net.counters import Counters
+from p2prl.net.dialer import subnet_of
 
 log = logging.getLogger(__name__)
 
 MAX_RELAYS = 2  # relays a NATed node keeps a slot at
 RESERVE_EVERY_S = 60.0  # a NATed node without enough slots looks for relays this often
 REFRESH_S = 40.0  # a NATed node renews its slots this often (a third of the relay's default TTL)
-
-
-def subnet_of(ip: str) -> str:
-    """The /24 (IPv4) or /48 (IPv6) an address is in; the address itself when it is none."""
-    try:
-        addr = ipaddress.ip_address(ip)
-    except ValueError:
-        return ip
-    return str(ipaddress.ip_network(f"{ip}/{24 if addr.version == 4 else 48}", strict=False))
 
 
 class SlotPolicy:
