@@ -237,29 +237,26 @@ class ConnectionWatch:
                 log.debug("pubsub sweep: %r", e)
 
     def sweep(self, now: float) -> None:
-        stuck = set(self.stuck_peers())
-        for peer in list(self._stuck_since):
-            if peer not in stuck:
-                del self._stuck_since[peer]
         for peer in list(self._remembered):
             if not self._connections(peer):
                 del self._remembered[peer]
-        for peer in stuck:
-            since = self._stuck_since.setdefault(peer, now)
-            if now - since >= STUCK_S and peer not in self._repairing and self._nursery is not None:
-                self._repairing.add(peer)
-                self._nursery.start_soon(self._repair, peer, since)
+        self._act_on_lasting(set(self.stuck_peers()), self._stuck_since, self._repair, now)
         # a registered stream whose writer made no way through its queue: the connection may
         # take no bytes (a peer that stopped reading, a NAT that dropped the flow)
         backlogged = {p for p, q in list(self.pubsub.peer_queues.items()) if len(q)}
-        for peer in list(self._backlog_since):
-            if peer not in backlogged:
-                del self._backlog_since[peer]
-        for peer in backlogged:
-            since = self._backlog_since.setdefault(peer, now)
+        self._act_on_lasting(backlogged, self._backlog_since, self._unblock, now)
+
+    def _act_on_lasting(self, peers: set[Any], since_of: dict[Any, float], act: Any, now: float) -> None:
+        """Track since when each of ``peers`` has been in that state (forgetting those no longer in
+        it); one in it for STUCK_S gets ``act(peer, since)`` started, once at a time per peer."""
+        for peer in list(since_of):
+            if peer not in peers:
+                del since_of[peer]
+        for peer in peers:
+            since = since_of.setdefault(peer, now)
             if now - since >= STUCK_S and peer not in self._repairing and self._nursery is not None:
                 self._repairing.add(peer)
-                self._nursery.start_soon(self._unblock, peer, since)
+                self._nursery.start_soon(act, peer, since)
 
     async def _unblock(self, peer: Any, since: float) -> None:
         """Close the connections of a backlogged peer that do not answer a ping (the writer then

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tcprelay import TcpRelay
 
 from p2prl.crypto.keys import Identity
 from p2prl.net import liveness
@@ -58,29 +59,13 @@ def counted(n: P2PNode, key: str, timeout: float) -> int:
     return n.stats().get(key, 0)
 
 
-class StallRelay:
-    """TCP relay on 127.0.0.1 that can stall: it then stops reading either side and closes
-    nothing, as a peer that stopped reading or a flow a NAT forgot would (writes pile up)."""
+class StallRelay(TcpRelay):
+    """A relay that can stall: it then stops reading either side and closes nothing, as a peer that
+    stopped reading or a flow a NAT forgot would (writes pile up)."""
 
     def __init__(self, target_port: int) -> None:
-        self.target = ("127.0.0.1", target_port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
         self.stalled = threading.Event()
-        self.closed = threading.Event()
-        self.socks: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.closed.is_set():
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            self.socks += [client, server]
-            for src, dst in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+        super().__init__(target_port)
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         src.settimeout(0.1)
@@ -100,14 +85,6 @@ class StallRelay:
                 dst.sendall(data)
             except OSError:
                 return
-
-    def close(self) -> None:
-        self.closed.set()
-        for s in [self.listener, *self.socks]:
-            try:
-                s.close()
-            except OSError:
-                pass
 
 
 def wedge(n: P2PNode, peer: str) -> None:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tcprelay import TcpRelay
 
 from p2prl.bench.peerproc import blob_bytes
 from p2prl.crypto.keys import Identity
@@ -28,29 +29,13 @@ NET = "testnet"
 HB = heartbeats_topic(NET)
 
 
-class SilentRelay:
-    """TCP relay on 127.0.0.1 that can go silent: it then swallows bytes and never closes a side,
-    as a crashed host or a NAT that forgot the flow would (the far end sees a live connection)."""
+class SilentRelay(TcpRelay):
+    """A relay that can go silent: it then swallows bytes and never closes a side, as a crashed host
+    or a NAT that forgot the flow would (the far end sees a live connection)."""
 
     def __init__(self, target_port: int) -> None:
-        self.target = ("127.0.0.1", target_port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
         self.silent = threading.Event()
-        self.closed = threading.Event()
-        self.socks: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.closed.is_set():
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            self.socks += [client, server]
-            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
+        super().__init__(target_port)
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         while not self.closed.is_set():
@@ -73,14 +58,6 @@ class SilentRelay:
                 dst.sendall(data)
             except OSError:
                 return
-
-    def close(self) -> None:
-        self.closed.set()
-        for s in [self.listener, *self.socks]:
-            try:
-                s.close()
-            except OSError:
-                pass
 
 
 def beat(ident: Identity, version: int) -> bytes:
