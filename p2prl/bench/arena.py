@@ -1,9 +1,9 @@
 """A small network in one process for attack tests and the flood benchmark: real hosts, real roles.
 
 A trainer, genesis validators and any number of plain hosts (miners, attackers) are real
-NodeContexts (libp2p hosts on 127.0.0.1, all bootstrapped to the trainer); the Trainer and
+node runtimes (libp2p hosts on 127.0.0.1, all bootstrapped to the trainer); the Trainer and
 Validator objects are the real roles, built but not started, so a caller decides which of their
-threads run. Honest batches are really mined on a validator's model.
+loops run. Honest batches are really mined on a validator's model.
 """
 
 from __future__ import annotations
@@ -11,46 +11,58 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from p2prl.crypto.keys import Identity, load_or_create_identity
+from p2prl.net.gossip import Incoming
 from p2prl.net.identity import peer_id_for
 from p2prl.net.ports import free_port
 from p2prl.node.common import generation_params, group_size, groups_per_batch, task_of
 from p2prl.node.config import NodeConfig
-from p2prl.node.context import NodeContext
 from p2prl.node.genesis import write_genesis
 from p2prl.node.netinit import NetworkSpec, base_model_info, genesis_from_spec
-from p2prl.node.startup import build_context
-from p2prl.protocol.messages import RolloutAnnouncement, Verdict, decode_message, encode_message
+from p2prl.node.runtime import NodeRuntime
+from p2prl.node.settings import TrainerSettings, ValidatorSettings
+from p2prl.node.startup import build_runtime
+from p2prl.protocol.messages import Message, RolloutAnnouncement, Verdict, decode_message, encode_message
+
+if TYPE_CHECKING:
+    from p2prl.node.trainer import Trainer
+    from p2prl.node.validator import Validator
 
 NETWORK = "arena-net"
 
 
-def delivered(identity: Identity, msg: Any, origin: str | None = None) -> SimpleNamespace:
+def delivered(identity: Identity, msg: Message, origin: str | None = None) -> Incoming[Any]:
     """``msg`` signed by ``identity`` and verified, as the gossip layer hands it to a role."""
     env, parsed = decode_message(encode_message(identity, NETWORK, msg), NETWORK)
     peer = origin or peer_id_for(identity)
-    return SimpleNamespace(message=parsed, envelope=env, from_peer=peer, origin=peer)
+    return Incoming(f"arena/{env.type}", env, parsed, peer, peer)
 
 
 @dataclass
 class Arena:
     root: Path
     ids: dict[str, Identity]
-    trainer: Any
-    validators: list[Any]
-    hosts: list[NodeContext]  # plain hosts: hosts[0] serves the honest miners' blobs
-    contexts: list[NodeContext] = field(default_factory=list)
+    trainer: Trainer
+    validators: list[Validator]
+    hosts: list[NodeRuntime]  # plain hosts: hosts[0] serves the honest miners' blobs
+    runtimes: list[NodeRuntime] = field(default_factory=list)  # the trainer's first, then validators'
+
+    @property
+    def trainer_rt(self) -> NodeRuntime:
+        return self.runtimes[0]
+
+    def validator_rt(self, i: int = 0) -> NodeRuntime:
+        return self.runtimes[1 + i]
     _next_index: dict[str, int] = field(default_factory=dict)
 
     @property
-    def validator(self) -> Any:
+    def validator(self) -> Validator:
         return self.validators[0]
 
     @property
-    def miner_ctx(self) -> NodeContext:
+    def miner_host(self) -> NodeRuntime:
         return self.hosts[0]
 
     def mine(self, miner: Identity, serve: bool = True) -> tuple[bytes, RolloutAnnouncement]:
@@ -58,42 +70,42 @@ class Arena:
         from p2prl.proof.miner import mine_batch
 
         v = self.validator
-        ctx = v.ctx
+        env = v.env
         first = self._next_index.get(miner.public_hex, 0)
-        n = groups_per_batch(ctx)
+        n = groups_per_batch(env)
         self._next_index[miner.public_hex] = first + n
         prep = mine_batch(
             v.engine,
-            task_of(ctx),
+            task_of(env),
             0,
             v.current.hash,
             miner.public_key,
             list(range(first, first + n)),
-            group_size(ctx),
-            generation_params(ctx, seed=first),
+            group_size(env),
+            generation_params(env, seed=first),
         )
         if serve:
             self.serve(prep.blob, prep.announcement)
         return prep.blob, prep.announcement
 
     def serve(self, data: bytes, ann: RolloutAnnouncement) -> None:
-        self.miner_ctx.store.put(data, expected_id=ann.blob.id)
-        self.miner_ctx.store.pin([ann.blob.id])
-        self.miner_ctx.net.serve(ann.blob)
+        self.miner_host.store.put(data, expected_id=ann.blob.id)
+        self.miner_host.store.pin([ann.blob.id])
+        self.miner_host.net.serve(ann.blob)
 
-    def announce(self, identity: Identity, ann: RolloutAnnouncement) -> SimpleNamespace:
+    def announce(self, identity: Identity, ann: RolloutAnnouncement) -> Incoming[RolloutAnnouncement]:
         """``ann`` signed by ``identity``, as published from the miner host (which serves the blobs)."""
-        return delivered(identity, ann, origin=self.miner_ctx.net.peer_id)
+        return delivered(identity, ann, origin=self.miner_host.net.peer_id)
 
     def close(self) -> None:
-        for ctx in self.contexts:
-            ctx.stop.set()
-        for ctx in self.contexts:
-            ctx.join(10)
-            ctx.net.stop()
+        for rt in self.runtimes:
+            rt.stop.set()
+        for rt in self.runtimes:
+            rt.join(10)
+            rt.net.stop()
 
 
-def judge_all(v: Any, limit: int = 64) -> list[Any]:
+def judge_all(v: Validator, limit: int = 64) -> list[Any]:
     """Run a validator's judging step until its queue is empty; the BatchVerdicts made."""
     out = []
     for _ in range(limit):
@@ -112,7 +124,7 @@ def verdicts_at_trainer(arena: Arena, n: int, *miners: Identity, timeout: float 
     while len(got) < n and time.monotonic() < deadline:
         got += [
             i
-            for i in arena.trainer.ctx.net.poll(timeout=0.5)
+            for i in arena.trainer_rt.net.poll(timeout=0.5)
             if i.envelope.type == Verdict.TYPE and i.message.miner in keys
         ]
     if len(got) < n:
@@ -156,29 +168,29 @@ def make_arena(tmp: Path, model_cache: Path, validators: int = 2, hosts: int = 1
             status_port=-1,
         )
 
-    contexts: list[NodeContext] = []
+    runtimes: list[NodeRuntime] = []
     try:
         for n in names:
-            contexts.append(build_context(cfg(n)))
-        t_ctx, v_ctxs, h_ctxs = contexts[0], contexts[1 : 1 + validators], contexts[1 + validators :]
-        trainer = Trainer(t_ctx)
-        roles = [Validator(c) for c in v_ctxs]
-        for v in v_ctxs:
-            for h in h_ctxs:
+            runtimes.append(build_runtime(cfg(n)))
+        t_rt, v_rts, h_rts = runtimes[0], runtimes[1 : 1 + validators], runtimes[1 + validators :]
+        trainer = Trainer(t_rt.env(TrainerSettings))
+        roles = [Validator(rt.env(ValidatorSettings)) for rt in v_rts]
+        for v in v_rts:
+            for h in h_rts:
                 v.net.connect(f"{h.net.addrs[0]}/p2p/{h.net.peer_id}")
-        _wait_connected(t_ctx, {c.net.peer_id for c in contexts[1:]})
+        _wait_connected(t_rt, {rt.net.peer_id for rt in runtimes[1:]})
         time.sleep(1.5)  # gossip meshes form on the heartbeat after connecting
     except BaseException:
-        for ctx in contexts:
-            ctx.net.stop()
+        for rt in runtimes:
+            rt.net.stop()
         raise
-    return Arena(tmp, ids, trainer, roles, h_ctxs, contexts)
+    return Arena(tmp, ids, trainer, roles, h_rts, runtimes)
 
 
-def _wait_connected(ctx: NodeContext, peers: set[str], timeout: float = 30.0) -> None:
+def _wait_connected(rt: NodeRuntime, peers: set[str], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if peers <= {p.peer_id for p in ctx.net.peers() if p.connected}:
+        if peers <= {p.peer_id for p in rt.net.peers() if p.connected}:
             return
         time.sleep(0.2)
     raise RuntimeError("the arena's hosts did not connect")

@@ -7,10 +7,14 @@ announces rejected. It lives here, not behind a node setting, so no honest node 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from p2prl.node.context import NodeContext
 from p2prl.node.miner import Miner
+from p2prl.node.role import RoleEnv
+from p2prl.node.runtime import NodeRuntime
+from p2prl.node.settings import MinerSettings
 from p2prl.node.weights import Weights
 
 
@@ -29,11 +33,16 @@ def perturb_state(state: dict[str, torch.Tensor], rel: float, seed: int = 0) -> 
 class DishonestMiner(Miner):
     """A miner that claims version ``v`` but generates with ``v``'s weights plus noise."""
 
-    def __init__(self, ctx: NodeContext, perturb: float) -> None:
+    def __init__(self, env: RoleEnv[MinerSettings], perturb: float) -> None:
         if perturb <= 0:
             raise ValueError("perturb must be positive")
         self.perturb = perturb  # before Miner.__init__, which loads the first weights
-        super().__init__(ctx, share_weights=False)  # its engine runs other weights than the version
+        super().__init__(env, share_weights=False)  # its engine runs other weights than the version
 
     def engine_state(self, w: Weights) -> dict[str, torch.Tensor]:
         return perturb_state(w.state, self.perturb, seed=w.version)
+
+
+def dishonest_miner(perturb: float) -> Callable[[NodeRuntime], DishonestMiner]:
+    """The role factory ``p2prl node`` runs instead of the honest miner's."""
+    return lambda rt: DishonestMiner(rt.env(MinerSettings), perturb)

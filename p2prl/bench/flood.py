@@ -32,21 +32,16 @@ from typing import Any
 
 from p2prl.bench.arena import NETWORK, Arena, make_arena
 from p2prl.crypto.keys import Identity
+from p2prl.net import topic
 from p2prl.net.config import Limits
 from p2prl.protocol.blobs import blob_ref_for
-from p2prl.protocol.messages import RolloutAnnouncement, Verdict, encode_message
+from p2prl.protocol.messages import RolloutAnnouncement, encode_message
 
 
 def _start_roles(a: Arena) -> None:
     """The validator's pump and judging loop, the trainer's pump and fetch loop (no training)."""
-    v, t = a.validator, a.trainer
-    v.start()
-    t.ctx.spawn_pump(
-        {RolloutAnnouncement.TYPE: t.intake.on_announcement, Verdict.TYPE: t.intake.on_verdict},
-        t.holds,
-        lambda: t.version,
-    )
-    t.ctx.spawn("fetch", t.intake.run)
+    a.validator_rt().start(a.validator)
+    a.trainer_rt.start(a.trainer, only={"fetch0"})
 
 
 def _released(t: Any, key: tuple[str, str]) -> bool:
@@ -74,9 +69,9 @@ def _attack(
     """One attacker host, in its own process: junk announcements at ``rate`` per second from ``keys``
     keys for ``seconds``; every second one squats the latest honest announcement it has seen."""
     from p2prl.node.config import NodeConfig
-    from p2prl.node.startup import build_context
+    from p2prl.node.startup import build_runtime
 
-    ctx = build_context(
+    rt = build_runtime(
         NodeConfig(
             role="miner",
             network=Path(root) / "genesis.json",
@@ -89,26 +84,26 @@ def _attack(
     )
     ids = [Identity.generate() for _ in range(keys)]
     mine = {i.public_key for i in ids}
-    topic = ctx.topic("rollouts")
+    rollouts = topic(NETWORK, "rollouts")
     latest: RolloutAnnouncement | None = None
     try:
         for addr in dial:
-            ctx.net.connect(addr)
+            rt.net.connect(addr)
         time.sleep(2.0)
         t0, sent = time.monotonic(), 0
         while time.monotonic() - t0 < seconds:
-            for item in ctx.net.poll(timeout=0):
+            for item in rt.net.poll(timeout=0):
                 if item.envelope.type == RolloutAnnouncement.TYPE and item.envelope.signer not in mine:
                     latest = item.message
             ann = _junk(sent, latest)
             try:
-                ctx.net.publish(topic, encode_message(ids[sent % keys], NETWORK, ann))
+                rt.net.publish(rollouts, encode_message(ids[sent % keys], NETWORK, ann))
             except Exception:
                 pass
             sent += 1
             time.sleep(max(0.0, t0 + sent / rate - time.monotonic()))
     finally:
-        ctx.net.stop()
+        rt.net.stop()
 
 
 def _inject(
@@ -156,7 +151,7 @@ def _inject_many(
         else:
             junk = os.urandom(4096)
             ref = blob_ref_for(junk, chunk_size=64 * 1024)
-            a.validator.ctx.store.put(junk, expected_id=ref.id)
+            a.validator.env.store.put(junk, expected_id=ref.id)
             ann = dataclasses.replace(honest[-1][1], blob=ref)
             item = delivered(Identity.generate(), ann)
         a.validator.on_announcement(item)
@@ -175,8 +170,8 @@ def _phase(
     sent_by: list[tuple[Identity, RolloutAnnouncement]] | None = None,
 ) -> dict[str, Any]:
     """Announce ``batches`` every ``every`` s for ``seconds``; judged per minute and latencies."""
-    t, host = a.trainer, a.miner_ctx
-    topic = host.topic("rollouts")
+    t, host = a.trainer, a.miner_host
+    rollouts = topic(NETWORK, "rollouts")
     sent: dict[tuple[str, str], float] = {}
     lat: dict[tuple[str, str], float] = {}
     t0 = time.monotonic()
@@ -184,7 +179,7 @@ def _phase(
     while time.monotonic() - t0 < seconds and i < len(batches):
         miner, ann = batches[i]
         key = (miner.public_hex, ann.blob.id)
-        host.net.publish(topic, encode_message(miner, NETWORK, ann))
+        host.net.publish(rollouts, encode_message(miner, NETWORK, ann))
         sent[key] = time.monotonic()
         if sent_log is not None:
             sent_log.append(ann)
@@ -242,8 +237,8 @@ def run(model_cache: Path, spec: FloodSpec, log: Callable[[str], None] = print) 
             _phase(a, warm, miners * 0.5, 0.5)
             log(f"phase 1: no flood, {seconds:.0f} s")
             base = _phase(a, plain, seconds, every)
-            roles = {"validator": a.validator.ctx, "trainer": a.trainer.ctx}
-            dial = [f"{c.net.addrs[0]}/p2p/{c.net.peer_id}" for c in (a.validator.ctx, a.miner_ctx)]
+            roles = {"validator": a.validator_rt(), "trainer": a.trainer_rt}
+            dial = [f"{c.net.addrs[0]}/p2p/{c.net.peer_id}" for c in (a.validator_rt(), a.miner_host)]
             procs = [
                 mp.get_context("spawn").Process(
                     target=_attack,
@@ -292,9 +287,9 @@ def run(model_cache: Path, spec: FloodSpec, log: Callable[[str], None] = print) 
                 p.join(30)
                 if p.is_alive():
                     p.kill()
-            vlab = a.validator.ctx.status.snapshot()["labelled"].get("dropped", {})
-            tlab = a.trainer.ctx.status.snapshot()["labelled"].get("dropped", {})
-            checked = a.validator.ctx.status.counter("batches_checked")
+            vlab = a.validator.env.status.snapshot()["labelled"].get("dropped", {})
+            tlab = a.trainer.env.status.snapshot()["labelled"].get("dropped", {})
+            checked = a.validator.env.status.counter("batches_checked")
             v = a.validator
             zeroed = sum(1 for m in honest if v.scores.scores(v.current.version).get(m.public_hex, 0) == 0)
             forgotten = v.jq.judged.forgotten

@@ -380,12 +380,11 @@ def bench_swarm_sim(
 def bench_dishonest_miner(config: Path | None = None, perturb: float = 0.05, **flags: Any) -> None:
     """Run a miner node that generates with perturbed weights (the demo's cheater: every group it
     announces must be rejected). Takes the ``p2prl node`` options; the role is always miner."""
-    from functools import partial
 
-    from p2prl.bench.dishonest import DishonestMiner
+    from p2prl.bench.dishonest import dishonest_miner
     from p2prl.cli.node import run_configured
 
-    run_configured(config, {**flags, "role": "miner"}, partial(DishonestMiner, perturb=perturb))
+    run_configured(config, {**flags, "role": "miner"}, dishonest_miner(perturb))
 
 
 bench_dishonest_miner.__signature__ = node_signature(  # type: ignore[attr-defined]

@@ -58,7 +58,7 @@ def node(config: Path | None = None, **flags: Any) -> None:
 
 
 def run_configured(config: Path | None, flags: dict[str, Any], role_factory: Any = None) -> None:
-    """Load the settings as ``p2prl node`` does and run the node; ``role_factory`` (context -> role)
+    """Load the settings as ``p2prl node`` does and run the node; ``role_factory`` (runtime -> role)
     replaces the configured role (a benchmark's adversary)."""
     try:
         cfg = load_config(config_file=config, overrides=flags)

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Generic, TypeVar
 
 from p2prl.crypto import Envelope, EnvelopeError, ReplayGuard
 from p2prl.lru import LRU
@@ -25,15 +25,17 @@ from p2prl.reasons import QUIET_DROPS, STRIKE_REASONS, BanReason, GossipDrop, In
 
 log = logging.getLogger(__name__)
 WARN_EVERY_S = 60.0  # a drop reason is logged as a warning at most this often
+M = TypeVar("M")
 
 
 @dataclass(frozen=True)
-class Incoming:
-    """A verified gossip message: the envelope, its parsed body, and who handed it to us."""
+class Incoming(Generic[M]):
+    """A verified gossip message: the envelope, its parsed body (``M``: one of the protocol's
+    message classes, the one the envelope's type names), and who handed it to us."""
 
     topic: str
     envelope: Envelope
-    message: Any
+    message: M
     from_peer: str  # the forwarding peer (base58)
     origin: str  # the peer that published it (base58)
 

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
         init_network,
         spec_warnings,
     )
-    from p2prl.node.runtime import NodeStartError, run_node
+    from p2prl.node.role import NodeStartError
+    from p2prl.node.run import run_node
 
 __all__ = [
     "ENV_PREFIX",

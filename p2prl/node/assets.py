@@ -15,11 +15,15 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from p2prl.atomicfile import write_atomic
 from p2prl.protocol import MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, AssetSpec, blob_ref_for
 from p2prl.rl import file_sha256
+
+if TYPE_CHECKING:  # the roles' door; netinit reads this module without loading the roles
+    from p2prl.node.role import RoleEnv
+    from p2prl.node.settings import RoleSettings
 
 log = logging.getLogger(__name__)
 MODEL_FILES_ASSET = "model_files"
@@ -37,13 +41,13 @@ def asset_for(name: str, data: bytes, chunk_size: int) -> AssetSpec:
     return AssetSpec(name=name, id=ref.id, size=ref.size, chunk_size=ref.chunk_size, chunks=ref.chunks)
 
 
-def publish_asset(ctx: Any, asset: AssetSpec, data: bytes) -> None:
+def publish_asset(env: RoleEnv[RoleSettings], asset: AssetSpec, data: bytes) -> None:
     """Hold ``data`` as ``asset``: stored and pinned (peers fetch it from here) and mirrored to S3."""
     if hashlib.sha256(data).hexdigest() != asset.id:
         raise AssetError(f"the local {asset.name} do not hash to the genesis asset {asset.id[:12]}…")
-    ctx.store.put(data, expected_id=asset.id)
-    ctx.store.pin([asset.id])
-    s3 = getattr(ctx.net, "s3", None)
+    env.store.put(data, expected_id=asset.id)
+    env.store.pin([asset.id])
+    s3 = env.net.s3
     if s3 is not None:
         try:
             if not s3.has_blob(asset.id):
@@ -52,7 +56,7 @@ def publish_asset(ctx: Any, asset: AssetSpec, data: bytes) -> None:
             log.warning("S3 mirror of asset %s failed: %s", asset.name, e)
 
 
-def fetch_asset(ctx: Any, asset: AssetSpec) -> bytes:
+def fetch_asset(env: RoleEnv[RoleSettings], asset: AssetSpec) -> bytes:
     """The asset's bytes, from the store or fetched (peers, then S3) and verified; kept and served."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
@@ -66,20 +70,20 @@ def fetch_asset(ctx: Any, asset: AssetSpec) -> bytes:
     ) as bar:
         task = bar.add_task(asset.name, total=asset.size)
         try:
-            path = ctx.net.fetch(
+            path = env.net.fetch(
                 asset.ref,
-                timeout=ctx.config.fetch_timeout_s,
+                timeout=env.settings.fetch_timeout_s,
                 on_progress=lambda done, _total: bar.update(task, completed=done),
             )
         except Exception as e:
-            ctx.status.incr_label("asset_fetch_failed", asset.name)
+            env.status.incr_label("asset_fetch_failed", asset.name)
             raise AssetError(f"cannot fetch {asset.name} {asset.id[:12]}… from peers or S3: {e}") from e
     data = Path(path).read_bytes()
     if hashlib.sha256(data).hexdigest() != asset.id:  # the net layer checked it; the disk may not have
-        ctx.status.incr_label("asset_fetch_failed", asset.name)
+        env.status.incr_label("asset_fetch_failed", asset.name)
         raise AssetError(f"{asset.name} in the store does not hash to {asset.id[:12]}…")
-    ctx.store.pin([asset.id])
-    ctx.status.incr_label("assets_fetched", asset.name)
+    env.store.pin([asset.id])
+    env.status.incr_label("assets_fetched", asset.name)
     log.info("fetched %s (%d bytes, sha256 %s…)", asset.name, asset.size, asset.id[:12])
     return data
 
@@ -112,23 +116,23 @@ def task_data_asset(params: dict[str, Any], chunk_size: int) -> AssetSpec | None
     return asset
 
 
-def task_data_file(ctx: Any, data_sha256: str, genesis_path: str) -> Path:
+def task_data_file(env: RoleEnv[RoleSettings], data_sha256: str, genesis_path: str) -> Path:
     """Where this node reads the genesis task's data file: its fetched copy, the path the genesis names
     when that holds the pinned bytes, else fetched now (peers, then S3) and verified. The trainer
     serves the file (and mirrors it to S3) as the ``task_data`` asset."""
-    asset = ctx.g.asset(data_sha256)
+    asset = env.g.asset(data_sha256)
     name = Path(genesis_path).name
     if Path(name).suffix.lower() not in DATA_SUFFIXES or name.startswith("."):
         name = "data.jsonl"  # a name a peer chose never picks where or how the node reads
-    cached = Path(ctx.data_dir) / "assets" / asset.id[:32] / name
+    cached = Path(env.data_dir) / "assets" / asset.id[:32] / name
     held = [p for p in (cached, Path(genesis_path)) if _holds(p, asset)]
     path = held[0] if held else cached
     if not held:
-        data = fetch_asset(ctx, asset)
+        data = fetch_asset(env, asset)
         cached.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(cached, data)
-    if ctx.config.role == "trainer":
-        publish_asset(ctx, asset, path.read_bytes())
+    if env.settings.role == "trainer":
+        publish_asset(env, asset, path.read_bytes())
     return path
 
 

@@ -5,68 +5,74 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from p2prl.node.assets import AssetError, fetch_asset, install_model_files, publish_asset, task_data_file
-from p2prl.node.context import NodeContext, NodeStartError
 from p2prl.node.engine import open_engine
 from p2prl.node.live import LiveWeights
-from p2prl.node.weights import Weights, load_base_model, load_saved_weights, model_dir_for
+from p2prl.node.role import NodeStartError, RoleEnv
+from p2prl.node.settings import RoleSettings
+from p2prl.node.weights import State, Weights, load_base_model, load_saved_weights, model_dir_for
 from p2prl.patch import ManifestStore
 from p2prl.rl import GenerationParams, ModelDirError, get_task, pack_files, pick_device
+
+if TYPE_CHECKING:
+    from torch.nn import Module
+
+    from p2prl.rl import RolloutEngine, Task, Tokenizer
 
 log = logging.getLogger(__name__)
 
 
-def generation_params(ctx: NodeContext, seed: int = 0) -> Any:
-    g = ctx.g.generation
+def generation_params(env: RoleEnv[RoleSettings], seed: int = 0) -> GenerationParams:
+    g = env.g.generation
     return GenerationParams(
         max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p, seed=seed
     )
 
 
-def group_size(ctx: NodeContext) -> int:
-    return ctx.g.generation.group_size
+def group_size(env: RoleEnv[RoleSettings]) -> int:
+    return env.g.generation.group_size
 
 
-def groups_per_batch(ctx: NodeContext) -> int:
-    return ctx.g.generation.groups_per_batch
+def groups_per_batch(env: RoleEnv[RoleSettings]) -> int:
+    return env.g.generation.groups_per_batch
 
 
-def task_of(ctx: NodeContext) -> Any:
+def task_of(env: RoleEnv[RoleSettings]) -> Task:
     """The genesis task (a plugin one too); a task this machine cannot build stops the node clearly."""
-    t = ctx.g.task
+    t = env.g.task
     params = dict(t.params)
     try:
         if t.data_sha256:  # the data file travels as a genesis asset: this node's copy, or fetched
-            params["path"] = str(task_data_file(ctx, t.data_sha256, str(params.get("path", ""))))
+            params["path"] = str(task_data_file(env, t.data_sha256, str(params.get("path", ""))))
         task = get_task(t.name, **params)
     except (ValueError, AssetError) as e:
         raise NodeStartError(f"genesis task: {e}") from e
-    ctx.status.set(task=t.name, task_source=f"{type(task).__module__}:{type(task).__qualname__}")
+    env.status.set(task=t.name, task_source=f"{type(task).__module__}:{type(task).__qualname__}")
     return task
 
 
-def genesis_base_hash(ctx: NodeContext) -> str:
-    return ctx.g.model.weights_hash
+def genesis_base_hash(env: RoleEnv[RoleSettings]) -> str:
+    return env.g.model.weights_hash
 
 
-def base_model(ctx: NodeContext, strict: bool, share: bool = False) -> tuple[Any, Any, dict[str, Any], str]:
+def base_model(env: RoleEnv[RoleSettings], strict: bool, share: bool = False) -> tuple[Module, Tokenizer, State, str]:
     """The genesis model for this node (its ``--model`` copy, the cache, the built-in one, or the
     files fetched from the network), checked against the genesis; a mismatch stops the node with a
     one-line reason. ``share``: the state is the model's own tensors on the CPU (load_base_model)."""
-    cfg = ctx.config
+    cfg = env.settings.model
 
     def fetch(target: Path) -> Path:
-        return install_model_files(fetch_asset(ctx, ctx.g.asset(ctx.g.model.files_sha256)), target)
+        return install_model_files(fetch_asset(env, env.g.asset(env.g.model.files_sha256)), target)
 
     # the trainer is where the files come from: fetching them would wait on nobody, forever
-    source = cfg.role == "trainer"
+    source = env.settings.role == "trainer"
 
     try:
         return load_base_model(
-            ctx.g,
-            cfg.model_cache_dir,
+            env.g,
+            cfg.cache_dir,
             cfg.model,
             pick_device(cfg.device),
             strict=strict,
@@ -77,22 +83,22 @@ def base_model(ctx: NodeContext, strict: bool, share: bool = False) -> tuple[Any
         raise NodeStartError(str(e)) from e
 
 
-def publish_model_files(ctx: NodeContext) -> None:
+def publish_model_files(env: RoleEnv[RoleSettings]) -> None:
     """Trainer: serve the genesis model's non-weight files (the ``model_files`` asset) to joining
     nodes, from its store and the S3 mirror. Its local files must be exactly the genesis ones."""
-    spec = ctx.g.model
+    spec = env.g.model
     if not spec.files_sha256:
         return
-    data = pack_files(model_dir_for(spec, ctx.config.model, ctx.config.model_cache_dir))
+    data = pack_files(model_dir_for(spec, env.settings.model.model, env.settings.model.cache_dir))
     try:
-        publish_asset(ctx, ctx.g.asset(spec.files_sha256), data)
+        publish_asset(env, env.g.asset(spec.files_sha256), data)
     except AssetError as e:
         raise NodeStartError(str(e)) from e
 
 
 def load_start(
-    ctx: NodeContext, weights_dir: Path, share: bool = True
-) -> tuple[Any, Any, Weights, dict[str, Any]]:
+    env: RoleEnv[RoleSettings], weights_dir: Path, share: bool = True
+) -> tuple[Module, Tokenizer, Weights, State]:
     """The model object, tokenizer, the weights to start from (saved ones if valid, else the base)
     and the base state (the tensors the role's weights live in).
 
@@ -101,21 +107,21 @@ def load_start(
     first sync takes the slow path from an anchor instead of trusting a patch base it does not have.
     """
     # --model: must match
-    model, tok, base, h = base_model(ctx, strict=ctx.config.model is not None, share=share)
+    model, tok, base, h = base_model(env, strict=env.settings.model.model is not None, share=share)
     saved = load_saved_weights(weights_dir)
     if saved is not None:
         log.info("resuming from saved weights v%d (%s)", saved.version, saved.hash[:12])
-        ctx.status.incr("restarts_resumed")
+        env.status.incr("restarts_resumed")
         return model, tok, saved, base
-    if h != genesis_base_hash(ctx):
+    if h != genesis_base_hash(env):
         # the normal join: the model's files came from the network without weights (or this
         # machine builds the tiny model differently); version 0's anchor carries the weights
         log.info(
             "no local copy of the genesis weights (local %s, genesis %s): taking them from an anchor",
             h[:12],
-            genesis_base_hash(ctx)[:12],
+            genesis_base_hash(env)[:12],
         )
-        ctx.status.incr_label("warnings", "base_hash_mismatch")
+        env.status.incr_label("warnings", "base_hash_mismatch")
         return model, tok, Weights(0, "", base), base
     return model, tok, Weights(0, h, base), base
 
@@ -126,24 +132,24 @@ class SyncedRole:
 
     dir: Path
     book: ManifestStore
-    engine: Any  # p2prl.rl.engine.HFEngine, or node.engine.VLLMMinerEngine
-    tok: Any
+    engine: RolloutEngine  # p2prl.rl.engine.HFEngine, or node.engine.VLLMMinerEngine
+    tok: Tokenizer
     start: Weights
-    live: Any  # p2prl.node.live.LiveWeights: the start state, patched in place
+    live: LiveWeights  # the start state, patched in place
 
     @property
     def weights_dir(self) -> Path:
         return self.dir / "weights"
 
 
-def open_synced_role(ctx: NodeContext, name: str, keep: int = 1, share: bool = True) -> SyncedRole:
+def open_synced_role(env: RoleEnv[RoleSettings], name: str, keep: int = 1, share: bool = True) -> SyncedRole:
     """The role's data directory, its manifest store, an engine and the weights to start from (held
     once, as ``live``, which keeps ``keep`` versions reachable; without ``share`` apart from the
     engine's model, for a role whose engine runs other weights than the version it holds)."""
-    d = ctx.data_dir / name
+    d = env.data_dir / name
     d.mkdir(parents=True, exist_ok=True)
-    book = ManifestStore(ctx.network_id, ctx.genesis.trainer_key, d / "manifests")
-    model, tok, start, base = load_start(ctx, d / "weights", share)
+    book = ManifestStore(env.network_id, env.genesis.trainer_key, d / "manifests")
+    model, tok, start, base = load_start(env, d / "weights", share)
     live = LiveWeights(base, start, keep)
     start = live.weights()
-    return SyncedRole(d, book, open_engine(ctx, name, model, tok, live), tok, start, live)
+    return SyncedRole(d, book, open_engine(env, name, model, tok, live), tok, start, live)

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from p2prl.node.context import NodeContext, NodeStartError
+from p2prl.node.role import NodeStartError, RoleEnv
+from p2prl.node.settings import RoleSettings
 from p2prl.node.weights import model_dir_for
 from p2prl.patch import weights_hash
 from p2prl.proof import forward_flat
@@ -106,22 +107,22 @@ class VLLMMinerEngine:
             self.on_hash(weights_hash(self.inner.read_state(state)))
 
 
-def open_engine(ctx: NodeContext, role: str, model: Any, tok: Any, live: Any) -> Any:
+def open_engine(env: RoleEnv[RoleSettings], role: str, model: Any, tok: Any, live: Any) -> Any:
     """The engine ``role`` generates with: vLLM only for a miner whose ``--engine`` settles on it."""
-    cfg = ctx.config
+    cfg = env.settings.model
     if role != "miner" or cfg.engine == "hf":
-        ctx.status.set(engine="hf")
+        env.status.set(engine="hf")
         return HFEngine(model, tok)
     device = pick_device(cfg.device)
-    path = model_dir_for(ctx.g.model, cfg.model, cfg.model_cache_dir)
+    path = model_dir_for(env.g.model, cfg.model, cfg.cache_dir)
     try:
         choice = choose_engine(cfg.engine, device, Path(path))
     except EngineChoiceError as e:
         raise NodeStartError(str(e)) from e
     if choice.notice:
         log.warning("%s", choice.notice)
-        ctx.status.incr_label("warnings", "engine_fallback")
-    ctx.status.set(engine=choice.name)
+        env.status.incr_label("warnings", "engine_fallback")
+    env.status.set(engine=choice.name)
     if choice.name == "hf":
         return HFEngine(model, tok)
     kw: dict[str, Any] = {"enforce_eager": cfg.vllm_eager}
@@ -130,10 +131,10 @@ def open_engine(ctx: NodeContext, role: str, model: Any, tok: Any, live: Any) ->
     inner = open_vllm(Path(path), tok, device, **kw)
     log.info("engine vllm on %s (%s)", device, path)
     def on_hash(h: str) -> None:
-        ctx.status.set(engine_weights_hash=h)
-        ctx.status.incr("engine_weights_checked")
+        env.status.set(engine_weights_hash=h)
+        env.status.incr("engine_weights_checked")
         if live is not None and live.hash and h != live.hash:
-            ctx.status.incr("engine_weights_mismatch")
+            env.status.incr("engine_weights_mismatch")
             log.error("vLLM holds weights %s, the version is %s", h[:12], live.hash[:12])
 
     return VLLMMinerEngine(inner, model, live, on_hash if cfg.vllm_check_weights else None)

@@ -12,18 +12,22 @@ import json
 import logging
 import time
 from collections import deque
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from p2prl.atomicfile import write_atomic
+from p2prl.net import Incoming
 from p2prl.node.common import generation_params, group_size, groups_per_batch, open_synced_role, task_of
-from p2prl.node.context import NodeContext
+from p2prl.node.pump import Handlers
 from p2prl.node.rejectlog import RejectionLog
+from p2prl.node.role import RoleEnv
+from p2prl.node.settings import MinerSettings
 from p2prl.node.sync import WeightSync
 from p2prl.node.weights import Weights, sha256_of_state
 from p2prl.proof import build_batch, commitment_root, encode_batch, sample_keys
-from p2prl.protocol import PatchManifest, RolloutAnnouncement, Verdict, blob_ref_for
+from p2prl.protocol import PatchManifest, RolloutAnnouncement, Scores, Verdict, blob_ref_for
 from p2prl.rl import derive_seed
 
 log = logging.getLogger(__name__)
@@ -33,15 +37,15 @@ KEEP_ROLLOUT_BLOBS = 32  # our announced batches kept pinned for validators and 
 
 
 class Miner:
-    def __init__(self, ctx: NodeContext, *, share_weights: bool = True) -> None:
+    def __init__(self, env: RoleEnv[MinerSettings], *, share_weights: bool = True) -> None:
         """``share_weights``: the engine's model holds the version's tensors (one copy); False keeps
         them apart, for an engine that runs other weights than the version held."""
-        self.ctx = ctx
-        role = open_synced_role(ctx, "miner", share=share_weights)
+        self.env = env
+        role = open_synced_role(env, "miner", share=share_weights)
         self.dir, self.book, self.engine, self.tok = role.dir, role.book, role.engine, role.tok
         start = role.start
-        self.task = task_of(ctx)
-        self.sync = WeightSync(ctx, self.book, start, role.weights_dir, live=role.live)
+        self.task = task_of(env)
+        self.sync = WeightSync(env, self.book, start, role.weights_dir, live=role.live)
         self.active: Weights = start
         self._activate(start)
         self.pinned: deque[str] = deque()
@@ -58,9 +62,9 @@ class Miner:
     def _activate(self, w: Weights) -> None:
         self.engine.load_state_dict(self.engine_state(w))
         self.active = w
-        self.ctx.status.set(version=w.version, weights_hash=w.hash)
-        if self.ctx.config.report_weights_sha256:
-            self.ctx.status.set(weights_sha256=sha256_of_state(w.state))
+        self.env.status.set(version=w.version, weights_hash=w.hash)
+        if self.env.settings.report_weights_sha256:
+            self.env.status.set(weights_sha256=sha256_of_state(w.state))
 
     def _next_index(self, version: int) -> int:
         try:
@@ -79,60 +83,59 @@ class Miner:
         return w.hash
 
     # -- handlers (pump thread) -------------------------------------------------------
-    def on_verdict(self, item: Any) -> None:
-        v: Verdict = item.message
-        if v.miner != self.ctx.identity.public_hex:
+    def on_verdict(self, item: Incoming[Verdict]) -> None:
+        v = item.message
+        if v.miner != self.env.identity.public_hex:
             return
-        self.ctx.status.incr("groups_accepted", v.accepted)
-        self.ctx.status.incr("groups_rejected", len(v.groups) - v.accepted)
+        self.env.status.incr("groups_accepted", v.accepted)
+        self.env.status.incr("groups_rejected", len(v.groups) - v.accepted)
         for g in v.groups:
             if not g.accepted:
-                self.ctx.status.incr_label("rejected", g.reason)
+                self.env.status.incr_label("rejected", g.reason)
         self._rejections.add(v.version, [g.reason for g in v.groups if not g.accepted])
 
-    def on_scores(self, item: Any) -> None:
-        me = self.ctx.identity.public_hex
+    def on_scores(self, item: Incoming[Scores]) -> None:
+        me = self.env.identity.public_hex
         if me in item.message.scores:  # scores come in parts and omit zeros
-            self.ctx.status.gauge("own_score", item.message.scores[me])
+            self.env.status.gauge("own_score", item.message.scores[me])
 
     # -- generation loop ----------------------------------------------------------------
     def run(self) -> None:
-        ctx = self.ctx
-        max_stale = int(ctx.g.max_staleness)
-        while not ctx.stop.is_set():
+        """The generation loop: switch between batches, then do what :func:`next_step` decides."""
+        env = self.env
+        while not env.stop.is_set():
             w = self.sync.take_staged()
             if w is not None:
                 self._activate(w)
                 log.info("switched to v%d", w.version)
-            if ctx.config.max_batches and self.batches >= ctx.config.max_batches:
-                ctx.stop.wait(1.0)
-                continue
-            target = self.sync.target_version()
-            per_version = ctx.config.batches_per_version
-            made = self._next_index(self.active.version) // groups_per_batch(ctx)
-            idle = time.monotonic() - self._last_batch
-            if per_version and made >= per_version and made % per_version == 0 and idle < IDLE_REFILL_S:
-                # enough for this version: wait for the next one, or top up if the trainer needs more
-                ctx.status.set(sync_state="waiting")
-                ctx.stop.wait(0.2)
-                continue
-            if not self.active.hash or target - self.active.version > max_stale:
-                ctx.status.set(sync_state="behind")
-                ctx.stop.wait(0.5)  # too far behind to produce usable rollouts: wait for sync
+            step = next_step(
+                batches=self.batches,
+                max_batches=env.settings.max_batches,
+                made=self._next_index(self.active.version) // groups_per_batch(env),
+                per_version=env.settings.batches_per_version,
+                idle_s=time.monotonic() - self._last_batch,
+                verified=bool(self.active.hash),
+                behind=self.sync.target_version() - self.active.version,
+                max_staleness=int(env.g.max_staleness),
+            )
+            if step.wait_s:
+                if step.state:
+                    env.status.set(sync_state=step.state)
+                env.stop.wait(step.wait_s)
                 continue
             try:
                 self.produce_batch()
             except Exception:
                 log.exception("batch failed")
-                ctx.status.incr_label("batch_failed", "exception")
-                ctx.stop.wait(2.0)
+                env.status.incr_label("batch_failed", "exception")
+                env.stop.wait(2.0)
 
     def produce_batch(self) -> RolloutAnnouncement:
         """Generate, score, commit and announce one batch on the active version."""
-        ctx, w = self.ctx, self.active
+        env, w = self.env, self.active
         mhash = self.manifest_hash(w)
-        key = ctx.identity.public_key
-        n_groups, g_size = groups_per_batch(ctx), group_size(ctx)
+        key = env.identity.public_key
+        n_groups, g_size = groups_per_batch(env), group_size(env)
         first = self._next_index(w.version)
         self._save_index(w.version, first + n_groups)  # reserve before use: a crash never reuses
         indices = list(range(first, first + n_groups))
@@ -141,7 +144,7 @@ class Miner:
         t0 = time.monotonic()
         seed = int.from_bytes(derive_seed(mhash, key, first)[:4], "big")
         keys = sample_keys(mhash, key, indices, g_size)
-        samples = self.engine.generate(prompts, g_size, generation_params(ctx, seed), keys)
+        samples = self.engine.generate(prompts, g_size, generation_params(env, seed), keys)
         gen_s = time.monotonic() - t0
         groups, total, count, tokens = [], 0.0, 0, 0
         for i, p, ids, ss in zip(indices, problems, prompts, samples, strict=True):
@@ -152,14 +155,14 @@ class Miner:
             groups.append((i, ids, ss, rewards))
         batch = build_batch(w.version, mhash, key, groups)
         data = encode_batch(batch)
-        chunk = ctx.g.patch.chunk_size
+        chunk = env.g.patch.chunk_size
         ref = blob_ref_for(data, chunk_size=max(16 * 1024, min(chunk, 16 * 1024 * 1024)))
-        ctx.store.put(data, expected_id=ref.id)
-        ctx.store.pin([ref.id])
+        env.store.put(data, expected_id=ref.id)
+        env.store.pin([ref.id])
         self.pinned.append(ref.id)
         while len(self.pinned) > KEEP_ROLLOUT_BLOBS:
-            ctx.store.unpin([self.pinned.popleft()])
-        ctx.net.serve(ref)
+            env.store.unpin([self.pinned.popleft()])
+        env.net.serve(ref)
         ann = RolloutAnnouncement(
             version=w.version,
             manifest_hash=mhash,
@@ -167,10 +170,10 @@ class Miner:
             groups=len(groups),
             commitment_root=commitment_root(batch),
         )
-        ctx.publish("rollouts", ann)
+        env.publish("rollouts", ann)
         self.batches += 1
         self._last_batch = time.monotonic()
-        st = ctx.status
+        st = env.status
         st.incr("groups_produced", len(groups))
         st.incr("rollouts_produced", count)
         st.incr("batches_announced")
@@ -187,13 +190,59 @@ class Miner:
         return ann
 
     def holds(self) -> list[str]:
-        return list(self.pinned) + [m.blob.id for m in self.book.all()[-8:] if self.ctx.store.has(m.blob.id)]
+        return list(self.pinned) + [m.blob.id for m in self.book.all()[-8:] if self.env.store.has(m.blob.id)]
 
-    def start(self) -> None:
-        self.ctx.spawn_pump(
-            {PatchManifest.TYPE: self.sync.on_manifest, Verdict.TYPE: self.on_verdict, "scores": self.on_scores},
-            self.holds,
-            lambda: self.active.version,
+    def head(self) -> int:
+        return self.active.version
+
+    def handlers(self) -> Handlers:
+        return (
+            Handlers()
+            .on(PatchManifest, self.sync.on_manifest)
+            .on(Verdict, self.on_verdict)
+            .on(Scores, self.on_scores)
         )
-        self.ctx.spawn("sync", self.sync.run)
-        self.ctx.spawn("generate", self.run)
+
+    def loops(self) -> dict[str, Callable[[], None]]:
+        return {"sync": self.sync.run, "generate": self.run}
+
+    def pause(self) -> None:
+        """Nothing to pause: a miner's batches are its only output, and they are bounded per version."""
+
+    def close(self) -> None:
+        """Nothing held beyond the runtime's threads."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the generation loop does next: make a batch (``wait_s`` 0), or wait, reporting ``state``."""
+
+    wait_s: float = 0.0
+    state: str = ""
+
+
+def next_step(
+    *,
+    batches: int,
+    max_batches: int,
+    made: int,
+    per_version: int,
+    idle_s: float,
+    verified: bool,
+    behind: int,
+    max_staleness: int,
+) -> Step:
+    """The miner's decision between batches, from numbers only (no I/O, no clock).
+
+    ``made``: batches already made on the active version; ``behind``: versions between the
+    trainer's newest and the active one. A miner with its per-version quota waits for the next
+    version, adding a batch every ``IDLE_REFILL_S`` in case the trainer needs more; one on
+    unverified weights or beyond the staleness bound makes nothing anyone would accept.
+    """
+    if max_batches and batches >= max_batches:
+        return Step(1.0)
+    if per_version and made >= per_version and made % per_version == 0 and idle_s < IDLE_REFILL_S:
+        return Step(0.2, "waiting")
+    if not verified or behind > max_staleness:
+        return Step(0.5, "behind")
+    return Step()

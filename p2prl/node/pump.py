@@ -6,33 +6,58 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from p2prl.lru import LRU
 from p2prl.net import Dialer, Incoming, peer_id_of_public_key
 from p2prl.node.config import NodeConfig
 from p2prl.node.port import NetPort
 from p2prl.node.status import NodeStatus
-from p2prl.protocol import Heartbeat, Scores, Verdict
+from p2prl.protocol import Heartbeat, Message, Scores, Verdict
 from p2prl.reasons import NodeDrop
 
 log = logging.getLogger(__name__)
 
 
-Handler = Callable[[Incoming], None]
+M = TypeVar("M", bound=Message)
+Handler = Callable[[Incoming[Any]], None]
 STANDING_PER_SCORES = 256  # miners taken from one Scores message, highest first
 
 
+class Handlers:
+    """A role's handlers, one per message class: ``on(Verdict, f)`` types ``f``'s argument as an
+    ``Incoming[Verdict]``, and :meth:`handler` hands ``f`` only messages of that class."""
+
+    def __init__(self) -> None:
+        self._by_type: dict[str, tuple[type[Message], Handler]] = {}
+
+    def on(self, cls: type[M], handler: Callable[[Incoming[M]], None]) -> Handlers:
+        if cls.TYPE in self._by_type:
+            raise ValueError(f"a second handler for {cls.TYPE}")
+        self._by_type[cls.TYPE] = (cls, handler)
+        return self
+
+    def handler(self, item: Incoming[Any]) -> Handler | None:
+        """``item``'s handler, or None (no handler, or a body that is not the declared class)."""
+        entry = self._by_type.get(item.envelope.type)
+        if entry is None or not isinstance(item.message, entry[0]):
+            return None
+        return entry[1]
+
+    def types(self) -> list[str]:
+        return sorted(self._by_type)
+
+
 class PumpHost(Protocol):
-    """What the pump uses of a node (``NodeContext`` has it): the pump knows no context, so the
-    context can start pumps without an import circle."""
+    """What the pump uses of a node (``NodeRuntime`` has it): the pump knows no runtime, so the
+    runtime can start pumps without an import circle."""
 
     config: NodeConfig
     net: NetPort
     status: NodeStatus
     stop: threading.Event
 
-    def publish(self, kind: str, msg: Any) -> bool: ...
+    def publish(self, kind: str, msg: Message) -> bool: ...
 
     def spawn(self, name: str, target: Callable[[], None]) -> threading.Thread: ...
 
@@ -47,7 +72,7 @@ class Pump:
     def __init__(
         self,
         ctx: PumpHost,
-        handlers: dict[str, Handler],
+        handlers: Handlers,
         holds: Callable[[], list[str]],
         version: Callable[[], int],
     ) -> None:
@@ -74,7 +99,7 @@ class Pump:
                     self._on_heartbeat(item)
                 elif t in (Verdict.TYPE, Scores.TYPE):
                     self._note_standing(item)
-                h = self.handlers.get(t)
+                h = self.handlers.handler(item)
                 if h is None:
                     continue
                 try:
@@ -88,8 +113,8 @@ class Pump:
                 self._heartbeat()
             self._refresh_status()
 
-    def _on_heartbeat(self, item: Incoming) -> None:
-        hb: Heartbeat = item.message
+    def _on_heartbeat(self, item: Incoming[Heartbeat]) -> None:
+        hb = item.message
         if hb.peer_id != item.origin:
             self.ctx.status.incr_label("dropped", NodeDrop.HEARTBEAT_PEER_MISMATCH)
             return
@@ -97,7 +122,7 @@ class Pump:
             self.ctx.net.add_provider_hint(blob_id, hb.peer_id)
         self.dialer.offer(hb.peer_id, hb.addrs)
 
-    def _note_standing(self, item: Any) -> None:
+    def _note_standing(self, item: Incoming[Verdict | Scores]) -> None:
         """Peers a genesis validator vouched for (it, and miners with accepted work) have standing: a
         full relay makes room for them first (net/relay.py), the dialer dials them first."""
         msg = item.message

@@ -1,197 +1,93 @@
-"""``p2prl node``: build the context, start the role and the status endpoint, run until a signal.
+"""The node's runtime: it owns the threads, the message pump, the network host, the blob store and
+the status record, and runs one role through the typed door of ``p2prl.node.role``.
 
-SIGINT/SIGTERM stop the node cleanly (threads finish their step, the host shuts down, state is on
-disk; a miner's or validator's threads get ``FINISH_STEP_S``, then the host stops under them, so a
-fetch from a peer that is gone ends at once). Before anything starts, the data directory is locked
-and the ports checked (``p2prl.node.preflight``). SIGUSR1 asks a trainer to stop publishing new
-versions while it keeps serving (the demo uses it to let miners catch up before it reads the final
-state).
+``p2prl.node.startup.build_runtime`` turns a NodeConfig into a started runtime; :meth:`NodeRuntime.env`
+is all a role is given, and :meth:`NodeRuntime.start` runs what the role declares: its handlers
+on the pump thread (verified gossip in, heartbeats out) and its loops on threads of their own.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
 import threading
-from collections.abc import Callable
-from typing import Any
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 
+from p2prl.crypto import Identity
 from p2prl.node.config import NodeConfig
-from p2prl.node.context import NodeContext, NodeStartError
-from p2prl.node.http import StatusServer
-from p2prl.node.preflight import DataDirLock, PreflightError, check_listen, check_port_free
-from p2prl.node.startup import build_context
+from p2prl.node.genesis import SignedGenesis
+from p2prl.node.port import NetPort
+from p2prl.node.pump import Pump
+from p2prl.node.role import NodeStartError, Outbox, Role, RoleEnv, S
+from p2prl.node.settings import role_settings
+from p2prl.node.status import NodeStatus
+from p2prl.protocol import Message
+from p2prl.store import BlobStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NodeStartError", "RunningNode", "run_node", "start_node"]
-
-FINISH_STEP_S = 5.0  # how long a stopping node's threads get before the host stops under them
+__all__ = ["NodeRuntime", "NodeStartError"]
 
 
-class RunningNode:
-    """A started node (context, role, status server); ``close()`` stops all of it."""
-
-    def __init__(
-        self, ctx: NodeContext, role: Any, server: StatusServer | None, lock: DataDirLock | None = None
-    ) -> None:
-        self.ctx = ctx
-        self.role = role
-        self.server = server
-        self.lock = lock
+@dataclass
+class NodeRuntime:
+    config: NodeConfig
+    genesis: SignedGenesis
+    identity: Identity
+    store: BlobStore
+    net: NetPort  # p2prl.net.node.P2PNode when started by build_runtime
+    status: NodeStatus
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
 
     @property
-    def status_url(self) -> str | None:
-        return self.server.url if self.server else None
+    def outbox(self) -> Outbox:
+        return Outbox(self.identity, self.genesis.network_id, self.net, self.status)
 
-    def close(self, timeout: float = 30.0) -> None:
-        self.ctx.stop.set()
-        close = getattr(self.role, "close", None)
-        if close is not None:
+    def env(self, kind: type[S]) -> RoleEnv[S]:
+        """The role's door: its settings record (``kind``, which must be this node's role's), the
+        genesis, identity, store, network port, status and stop flag."""
+        settings = role_settings(self.config)
+        if not isinstance(settings, kind):
+            raise TypeError(f"a {self.config.role} node has {type(settings).__name__}, not {kind.__name__}")
+        return RoleEnv(
+            settings, self.genesis, self.identity, self.store, self.net, self.status, self.stop, self.outbox
+        )
+
+    def publish(self, kind: str, msg: Message) -> bool:
+        """Sign and gossip ``msg`` (the pump's heartbeats); see :class:`Outbox`."""
+        return self.outbox.publish(kind, msg)
+
+    def start(self, role: Role, only: Collection[str] | None = None) -> None:
+        """Run ``role``: the pump with its handlers, then each of its loops on its own thread
+        (``only``: just the loops named, for a benchmark that drives the rest itself)."""
+        self.spawn("pump", Pump(self, role.handlers(), role.holds, role.head).run)
+        for name, loop in role.loops().items():
+            if only is None or name in only:
+                self.spawn(name, loop)
+
+    def spawn(self, name: str, target: Callable[[], None]) -> threading.Thread:
+        """Start a thread that logs (and counts) a crash instead of dying silently, then stops the node."""
+
+        def run() -> None:
             try:
-                close()
+                target()
             except Exception:
-                log.exception("role close failed")
-        # threads finish their step; a miner's or validator's one waiting on a peer (a fetch from a
-        # trainer already gone) would hold the stop for the whole fetch timeout: after a short wait
-        # the host stops under it (not the trainer's: its step ends in a publish and a mirror upload)
-        follower = self.ctx.config.role != "trainer"
-        if not (follower and self.ctx.join(min(timeout, FINISH_STEP_S), warn=False)):
-            if follower:
-                log.info("threads still waiting on the network: stopping it first")
-                self.ctx.net.stop()
-            self.ctx.join(timeout)
-        self.ctx.net.stop()
-        if self.server is not None:
-            self.server.stop()
-        if self.lock is not None:
-            self.lock.release()
+                log.exception("%s thread crashed; stopping the node", name)
+                self.status.incr_label("thread_crash", name)
+                self.stop.set()
 
+        t = threading.Thread(target=run, name=f"p2prl-{name}", daemon=True)
+        self.threads.append(t)
+        t.start()
+        return t
 
-def make_role(ctx: NodeContext) -> Any:
-    """The node's role; only that role's module is imported (a miner loads no learner)."""
-    role = ctx.config.role
-    if role == "miner":
-        from p2prl.node.miner import Miner
-
-        return Miner(ctx)
-    if role == "validator":
-        from p2prl.node.validator import Validator
-
-        return Validator(ctx)
-    from p2prl.node.trainer import Trainer
-
-    return Trainer(ctx)
-
-
-def start_node(cfg: NodeConfig, role_factory: Callable[[NodeContext], Any] = make_role) -> RunningNode:
-    """Start a node in this process (what ``p2prl node`` does, minus signal handling); ``role_factory``
-    builds the role (a benchmark's adversary replaces it)."""
-    cfg.validate()
-    lock = _preflight(cfg)
-    try:
-        if cfg.torch_threads > 0:
-            import torch
-
-            torch.set_num_threads(cfg.torch_threads)
-        ctx = build_context(cfg)
-    except BaseException:
-        lock.release()
-        raise
-    server = None
-    try:
-        if cfg.status_port >= 0:
-            try:
-                server = StatusServer(ctx.status, cfg.status_host, cfg.status_port).start(cfg.data_dir)
-            except OSError as e:
-                raise NodeStartError(
-                    f"status port {cfg.status_port} on {cfg.status_host}: {e.strerror or e} "
-                    "(--status-port 0 picks a free one)"
-                ) from e
-        role = role_factory(ctx)
-        role.start()
-    except BaseException:
-        ctx.stop.set()
-        ctx.join(10)
-        ctx.net.stop()
-        if server is not None:
-            server.stop()
-        lock.release()
-        raise
-    log.info(
-        "%s %s up: peer %s, addrs %s, status %s",
-        cfg.role,
-        ctx.identity.public_hex[:16],
-        ctx.net.peer_id,
-        ctx.net.addrs,
-        server.url if server else "off",
-    )
-    return RunningNode(ctx, role, server, lock)
-
-
-def _preflight(cfg: NodeConfig) -> DataDirLock:
-    """Lock the data directory and check the ports before anything is opened (NodeStartError)."""
-    try:
-        lock = DataDirLock(cfg.data_dir).acquire()
-    except PreflightError as e:
-        raise NodeStartError(str(e)) from e
-    try:
-        check_listen(cfg.listen)
-        if cfg.status_port > 0:
-            check_port_free(cfg.status_host, cfg.status_port, "status")
-    except PreflightError as e:
-        lock.release()
-        raise NodeStartError(str(e)) from e
-    return lock
-
-
-def run_node(cfg: NodeConfig, role_factory: Callable[[NodeContext], Any] = make_role) -> None:
-    """Run until SIGINT/SIGTERM (or a role thread crash); then stop cleanly.
-
-    A trainer under torchrun runs here on rank 0 only; the other ranks serve its sharded learner
-    and never open a socket or touch the chain.
-    """
-    if cfg.role == "trainer":
-        from p2prl.rl import distributed
-
-        if distributed.launched() and distributed.rank() != 0:
-            # a stop signal reaches every rank; rank 0 finishes its step, publish and checkpoint
-            # (collectives that need this rank) and then releases it
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, signal.SIG_IGN)
-            if cfg.torch_threads > 0:
-                import torch
-
-                torch.set_num_threads(cfg.torch_threads)
-            distributed.follow()
-            return
-    node = start_node(cfg, role_factory)
-    done = threading.Event()
-
-    def on_stop(signum: int, _frame: Any) -> None:
-        log.info("signal %d: stopping", signum)
-        node.ctx.stop.set()
-
-    def on_pause(_signum: int, _frame: Any) -> None:
-        pause = getattr(node.role, "pause", None)
-        if pause is not None:
-            pause()
-
-    signal.signal(signal.SIGINT, on_stop)
-    signal.signal(signal.SIGTERM, on_stop)
-    signal.signal(signal.SIGUSR1, on_pause)
-    if node.status_url:
-        print(f"status {node.status_url}/status  metrics {node.status_url}/metrics", flush=True)
-    died = False
-    try:
-        while not node.ctx.stop.wait(0.5):
-            if not node.ctx.net.running():  # a dead host would leave a node that only looks alive
-                log.error("the network host stopped; exiting so the node can be restarted")
-                died = True
-                break
-    finally:
-        node.close()
-        done.set()
-    log.info("stopped")
-    if died:
-        raise SystemExit(1)
+    def join(self, timeout: float = 30.0, warn: bool = True) -> bool:
+        """Wait for the threads; True if all stopped (``warn``: log each that did not)."""
+        deadline = time.monotonic() + timeout
+        for t in self.threads:
+            t.join(max(0.1, deadline - time.monotonic()))
+            if t.is_alive() and warn:
+                log.warning("thread %s did not stop in time", t.name)
+        return not any(t.is_alive() for t in self.threads)

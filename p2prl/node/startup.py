@@ -7,9 +7,10 @@ import logging
 from p2prl.crypto import Identity, KeyFileError, load_or_create_identity
 from p2prl.net import topic
 from p2prl.node.config import NodeConfig
-from p2prl.node.context import NodeContext, NodeStartError
 from p2prl.node.genesis import GenesisError, SignedGenesis, pin_genesis, read_genesis
 from p2prl.node.netsettings import local_network_hint, net_config
+from p2prl.node.role import NodeStartError
+from p2prl.node.runtime import NodeRuntime
 from p2prl.node.status import NodeStatus
 from p2prl.store import BlobStore
 
@@ -40,7 +41,7 @@ def load_genesis_for(cfg: NodeConfig) -> tuple[Identity, SignedGenesis]:
     return identity, sg
 
 
-def build_context(cfg: NodeConfig) -> NodeContext:
+def build_runtime(cfg: NodeConfig) -> NodeRuntime:
     """Verify genesis, load the identity, open the store and start the network host."""
     from p2prl.net import P2PNode  # trio and libp2p load only when a host starts
 
@@ -64,5 +65,5 @@ def build_context(cfg: NodeConfig) -> NodeContext:
         "heartbeats",
     ):
         net.subscribe(topic(sg.network_id, t))
-    return NodeContext(cfg, sg, identity, store, net, status)
+    return NodeRuntime(cfg, sg, identity, store, net, status)
 

@@ -18,11 +18,12 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-from p2prl.node.context import NodeContext
+from p2prl.net import Incoming
 from p2prl.node.fetching import fetch_while_progressing
 from p2prl.node.live import LiveWeights
+from p2prl.node.role import RoleEnv
+from p2prl.node.settings import RoleSettings
 from p2prl.node.weights import Weights, save_weights
 from p2prl.patch import ManifestError, ManifestStore, PatchError, materialize, plan_sync, weights_hash
 from p2prl.protocol import PatchManifest
@@ -42,7 +43,7 @@ class SyncError(Exception):
 class WeightSync:
     def __init__(
         self,
-        ctx: NodeContext,
+        env: RoleEnv[RoleSettings],
         book: ManifestStore,
         start: Weights,
         weights_dir: Path,
@@ -50,7 +51,7 @@ class WeightSync:
         consecutive: bool = False,
         live: LiveWeights | None = None,
     ) -> None:
-        self.ctx = ctx
+        self.env = env
         self.book = book
         self.weights_dir = Path(weights_dir)
         self.consecutive = consecutive  # stage every version (validators check batches of each)
@@ -63,7 +64,7 @@ class WeightSync:
         self._slow = False
         self._last_s3 = 0.0
         self._failures = 0
-        ctx.status.set(version=start.version, weights_hash=start.hash, sync_state="synced")
+        env.status.set(version=start.version, weights_hash=start.hash, sync_state="synced")
 
     # -- what the role sees ------------------------------------------------------
     @property
@@ -87,16 +88,16 @@ class WeightSync:
         if out and self.live is not None:
             out = self._switch(out)
         if out:
-            self.ctx.status.set(version=out[-1].version, weights_hash=out[-1].hash)
+            self.env.status.set(version=out[-1].version, weights_hash=out[-1].hash)
             self._set_state()
         return out
 
-    def on_manifest(self, item: Any) -> None:
+    def on_manifest(self, item: Incoming[PatchManifest]) -> None:
         """Pump handler: a gossiped manifest, kept if the trainer signed it and it conflicts with none held."""
         try:
             self.book.add(item.envelope.raw)
         except ManifestError as e:
-            self.ctx.status.incr_label("dropped", NodeDrop.MANIFEST)
+            self.env.status.incr_label("dropped", NodeDrop.MANIFEST)
             log.warning("manifest dropped: %s", e)
 
     def target_version(self) -> int:
@@ -105,9 +106,9 @@ class WeightSync:
 
     # -- the sync thread ---------------------------------------------------------
     def run(self) -> None:
-        ctx = self.ctx
+        env = self.env
         backoff = 0.5
-        while not ctx.stop.is_set():
+        while not env.stop.is_set():
             self._poll_s3()
             base = self._base()
             target = self.book.newest()
@@ -124,12 +125,12 @@ class WeightSync:
                 w = self.advance(base, target)
             except Exception as e:  # a bad patch or a failed fetch never stops the loop
                 self._failures += 1
-                ctx.status.incr("sync_failures")
-                ctx.status.incr_label("sync_failed", _reason(e))
+                env.status.incr("sync_failures")
+                env.status.incr_label("sync_failed", _reason(e))
                 log.warning("sync v%d -> v%d failed: %s", base.version, target.version, e)
                 if isinstance(e, (SyncError, PatchError)):
                     self._slow = True  # retry from an anchor: a gap, a bad patch or a hash mismatch
-                ctx.stop.wait(backoff)
+                env.stop.wait(backoff)
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
                 continue
             backoff = 0.5
@@ -140,7 +141,7 @@ class WeightSync:
                 if self.live is None:  # live: each staged plan starts where the previous one ends
                     del self._staged[:-MAX_STAGED]
             self._slow = False
-            ctx.status.record_hash(w.version, w.hash)
+            env.status.record_hash(w.version, w.hash)
             self._retain(w.version)
             self._set_state()
 
@@ -160,11 +161,11 @@ class WeightSync:
             state = "slow_path" if self._slow else "fetching"
         else:
             state = "synced"
-        self.ctx.status.set(trainer_version=tv, sync_state=state)
+        self.env.status.set(trainer_version=tv, sync_state=state)
 
     def _poll_s3(self) -> None:
         """Pick up manifests from the S3 mirror (late joiners, lost gossip); all are verified."""
-        s3 = self.ctx.net.s3
+        s3 = self.env.net.s3
         now = time.monotonic()
         if s3 is None or now - self._last_s3 < S3_POLL_S:
             return
@@ -172,20 +173,20 @@ class WeightSync:
         try:
             ready = s3.ready_versions()
         except Exception as e:
-            self.ctx.status.incr_label("s3_errors", type(e).__name__)
+            self.env.status.incr_label("s3_errors", type(e).__name__)
             log.debug("s3 listing failed: %s", e)
             return
         have = set(self.book.versions())
         newest = max(ready, default=-1)
         if not _behind(self._base(), newest):
             return
-        anchor_interval = self.ctx.g.patch.anchor_interval
+        anchor_interval = self.env.g.patch.anchor_interval
         wanted = [v for v in ready if v > newest - 2 * anchor_interval - 1 and v not in have]
         for v in sorted(wanted)[-4 * anchor_interval :]:
             try:
                 self.book.add(s3.get_manifest(v))
             except Exception as e:
-                self.ctx.status.incr_label("dropped", NodeDrop.S3_MANIFEST)
+                self.env.status.incr_label("dropped", NodeDrop.S3_MANIFEST)
                 log.warning("s3 manifest v%d rejected: %s", v, e)
 
     # -- one sync step -----------------------------------------------------------
@@ -199,7 +200,7 @@ class WeightSync:
             raise SyncError(f"no path to v{target.version} from v{base.version} with the manifests held")
         starts_at_anchor = plan[0].kind == "anchor"
         if starts_at_anchor:
-            self.ctx.status.incr("slow_path_syncs")
+            self.env.status.incr("slow_path_syncs")
         nbytes = 0
         for m in plan:
             nbytes += m.blob.size
@@ -208,18 +209,18 @@ class WeightSync:
         if self.live is not None:  # verified and applied in place when the role takes it
             with self._lock:
                 self._plans[target.version] = plan
-            self.ctx.status.gauge("patch_fetch_ms", (t1 - t0) * 1000)
+            self.env.status.gauge("patch_fetch_ms", (t1 - t0) * 1000)
             return Weights(target.version, target.result_hash, {})
         if starts_at_anchor:
-            state = materialize(None, plan, self.ctx.store.get)
+            state = materialize(None, plan, self.env.store.get)
         else:
-            state = materialize(base.state, plan, self.ctx.store.get, start_hash=base.hash)
+            state = materialize(base.state, plan, self.env.store.get, start_hash=base.hash)
         got = weights_hash(state)
         if got != target.result_hash:
-            self.ctx.status.incr("hash_mismatches")
+            self.env.status.incr("hash_mismatches")
             raise SyncError(f"hash mismatch after applying to v{target.version}")
         t2 = time.monotonic()
-        st = self.ctx.status
+        st = self.env.status
         st.incr("patches_applied", len(plan))
         st.incr("patch_bytes_total", nbytes)
         st.gauge("patch_last_bytes", plan[-1].blob.size)
@@ -240,7 +241,7 @@ class WeightSync:
         """Live: verify and apply the fetched plans in place, oldest first, up to the first bad one
         (then the next sync starts from an anchor); saves and returns the versions reached."""
         assert self.live is not None
-        st, done = self.ctx.status, []
+        st, done = self.env.status, []
         with self._lock:
             plans = [self._plans.pop(w.version, None) for w in pending]
             self._plans.clear()
@@ -249,7 +250,7 @@ class WeightSync:
             try:
                 if plan is None:
                     raise SyncError(f"no fetched plan for v{w.version}")
-                done.append(self.live.advance(plan, self.ctx.store.get))
+                done.append(self.live.advance(plan, self.env.store.get))
             except (PatchError, SyncError) as e:
                 st.incr("sync_failures")
                 st.incr_label("sync_failed", _reason(e))
@@ -268,8 +269,8 @@ class WeightSync:
 
     def _fetch(self, m: PatchManifest) -> None:
         ref = m.blob
-        st = self.ctx.status
-        if self.ctx.store.has(ref.id):
+        st = self.env.status
+        if self.env.store.has(ref.id):
             return
 
         def progress(done: int, total: int) -> None:
@@ -278,18 +279,18 @@ class WeightSync:
         label = f"fetching v{m.version} {m.kind}"
         try:
             fetch_while_progressing(
-                self.ctx.net, ref, self.ctx.config.fetch_timeout_s, label, progress, self.ctx.stop
+                self.env.net, ref, self.env.settings.fetch_timeout_s, label, progress, self.env.stop
             )
         finally:
             st.transfer(ref.id, 1, 1)
-        self.ctx.store.pin([ref.id])
+        self.env.store.pin([ref.id])
 
     def _retain(self, version: int) -> None:
         """Forget manifests (and unpin blobs) well behind ``version``; keeps what peers may still ask for."""
-        interval = self.ctx.g.patch.anchor_interval
+        interval = self.env.g.patch.anchor_interval
         floor = version - max(2 * interval, 16)
         if floor > 0:
-            self.ctx.store.unpin(self.book.prune_below(floor))
+            self.env.store.unpin(self.book.prune_below(floor))
 
 
 def _behind(base: Weights, version: int) -> bool:

@@ -13,13 +13,15 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
-from p2prl.node.context import NodeContext
+from p2prl.net import Incoming
 from p2prl.node.intake import Intake
+from p2prl.node.role import RoleEnv
+from p2prl.node.settings import TrainerSettings
 from p2prl.proof import decode_batch, rollout_group
 from p2prl.protocol import RolloutAnnouncement, Verdict
 from p2prl.reasons import HARD_FAILURES, NodeDrop
+from p2prl.rl import ReplayBuffer, RolloutGroup
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +29,7 @@ FETCH_QUEUE = 256
 FETCH_THREADS = 4
 
 
-def batch_to_groups(data: bytes, accepted: set[int], miner_hex: str, version: int) -> list[Any]:
+def batch_to_groups(data: bytes, accepted: set[int], miner_hex: str, version: int) -> list[RolloutGroup]:
     """The accepted groups of a rollout blob as RolloutGroups (strict decoder; header must match)."""
     batch = decode_batch(data)
     if batch.version != version or batch.miner.hex() != miner_hex:
@@ -43,38 +45,40 @@ class RolloutIntake:
     """
 
     def __init__(
-        self, ctx: NodeContext, buffer: Any, buffer_lock: threading.Lock, version: Callable[[], int]
+        self,
+        env: RoleEnv[TrainerSettings],
+        buffer: ReplayBuffer,
+        buffer_lock: threading.Lock,
+        version: Callable[[], int],
     ) -> None:
-        self.ctx = ctx
+        self.env = env
         self.buffer = buffer
         self.buffer_lock = buffer_lock
         self.version = version
-        self.policy = Intake(len(ctx.genesis.validator_keys), HARD_FAILURES)
+        self.policy = Intake(len(env.genesis.validator_keys), HARD_FAILURES)
         self.lock = threading.Lock()
         self.fetch_q: queue.Queue[tuple[RolloutAnnouncement, str, set[int], str]] = queue.Queue(FETCH_QUEUE)
 
     # -- pump thread ------------------------------------------------------------------------
-    def on_announcement(self, item: Any) -> None:
-        ann: RolloutAnnouncement = item.message
-        origin = getattr(item, "origin", item.from_peer)
+    def on_announcement(self, item: Incoming[RolloutAnnouncement]) -> None:
         with self.lock:
-            why = self.policy.announce(item.envelope.digest.hex(), ann, item.envelope.signer_hex, origin)
+            why = self.policy.announce(item.envelope.digest.hex(), item.message, item.envelope.signer_hex, item.origin)
         if why is not None:
-            self.ctx.status.incr_label("dropped", why)
+            self.env.status.incr_label("dropped", why)
 
-    def on_verdict(self, item: Any) -> None:
-        v: Verdict = item.message
-        if item.envelope.signer not in self.ctx.genesis.validator_keys:  # the net layer checks this too
-            self.ctx.status.incr_label("dropped", NodeDrop.VERDICT_SIGNER)
+    def on_verdict(self, item: Incoming[Verdict]) -> None:
+        v = item.message
+        if item.envelope.signer not in self.env.genesis.validator_keys:  # the net layer checks this too
+            self.env.status.incr_label("dropped", NodeDrop.VERDICT_SIGNER)
             return
-        self.ctx.status.incr("verdicts_received")
-        self.ctx.net.add_provider_hint(v.blob_id, getattr(item, "origin", item.from_peer))  # it holds the blob
+        self.env.status.incr("verdicts_received")
+        self.env.net.add_provider_hint(v.blob_id, item.origin)  # it holds the blob
         with self.lock:
             why = self.policy.verdict(item.envelope.signer_hex, v, time.monotonic())
         if why == NodeDrop.VERDICT_VETO:
-            self.ctx.status.incr("verdict_vetoes")
+            self.env.status.incr("verdict_vetoes")
         elif why is not None and why != NodeDrop.VERDICT_AFTER_DECISION:
-            self.ctx.status.incr_label("dropped", why)
+            self.env.status.incr_label("dropped", why)
         self._release()
 
     def _release(self) -> None:
@@ -85,36 +89,36 @@ class RolloutIntake:
             try:
                 self.fetch_q.put_nowait((job.ann, job.miner, job.accepted, job.origin))
             except queue.Full:
-                self.ctx.status.incr_label("dropped", NodeDrop.FETCH_QUEUE_FULL)
+                self.env.status.incr_label("dropped", NodeDrop.FETCH_QUEUE_FULL)
 
     # -- fetch threads -------------------------------------------------------------------------
     def run(self) -> None:
-        ctx = self.ctx
-        while not ctx.stop.is_set():
+        env = self.env
+        while not env.stop.is_set():
             try:
                 ann, miner, accepted, origin = self.fetch_q.get(timeout=0.5)
             except queue.Empty:
                 self._release()  # blobs whose wait for the other validators' verdicts is over
                 continue
-            if self.version() - ann.version > int(ctx.g.max_staleness):
-                ctx.status.incr_label("dropped", NodeDrop.STALE_ROLLOUTS)
+            if self.version() - ann.version > int(env.g.max_staleness):
+                env.status.incr_label("dropped", NodeDrop.STALE_ROLLOUTS)
                 continue
             try:
-                ctx.fetch_rollouts(ann.blob, origin, timeout=min(ctx.config.fetch_timeout_s, 20.0))
-                groups = batch_to_groups(ctx.store.get(ann.blob.id), accepted, miner, ann.version)
+                env.fetch_rollouts(ann.blob, origin, timeout=min(env.settings.fetch_timeout_s, 20.0))
+                groups = batch_to_groups(env.store.get(ann.blob.id), accepted, miner, ann.version)
             except Exception as e:
-                ctx.status.incr_label("rollout_fetch_failed", type(e).__name__)
+                env.status.incr_label("rollout_fetch_failed", type(e).__name__)
                 log.warning("rollout blob %s unusable: %s", ann.blob.id[:12], e)
                 continue
             with self.lock:  # the pump thread records verdicts meanwhile
                 vetoed = self.policy.vetoed(miner, ann.blob.id)
             if vetoed:  # a hard failure arrived during the fetch
-                ctx.status.incr_label("dropped", NodeDrop.VETOED_ROLLOUTS)
+                env.status.incr_label("dropped", NodeDrop.VETOED_ROLLOUTS)
                 continue
             with self.buffer_lock:
                 for grp in groups:
                     self.buffer.add(grp)
             rewards = [r.reward for g in groups for r in g.rollouts]
-            ctx.status.add_reward(ann.version, sum(rewards), len(rewards))
-            ctx.status.incr("groups_consumed", len(groups))
-            ctx.status.incr("rollouts_consumed", len(rewards))
+            env.status.add_reward(ann.version, sum(rewards), len(rewards))
+            env.status.incr("groups_consumed", len(groups))
+            env.status.incr("rollouts_consumed", len(rewards))

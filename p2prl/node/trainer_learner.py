@@ -9,24 +9,31 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Generic, TypeVar
 
-from p2prl.node.context import NodeContext
+import torch
+
+from p2prl.node.role import RoleEnv
+from p2prl.node.settings import TrainerSettings
+from p2prl.rl import PolicyLearner, ReplayBuffer, RolloutGroup
+
+T = TypeVar("T")
+State = dict[str, torch.Tensor]
 
 
-class Mailbox:
+class Mailbox(Generic[T]):
     """A one-slot handoff where a newer item replaces an older one not yet taken."""
 
     def __init__(self) -> None:
-        self._item: Any = None
+        self._item: T | None = None
         self._cond = threading.Condition()
 
-    def put(self, item: Any) -> None:
+    def put(self, item: T) -> None:
         with self._cond:
             self._item = item
             self._cond.notify_all()
 
-    def take(self, timeout: float) -> Any:
+    def take(self, timeout: float) -> T | None:
         with self._cond:
             if self._item is None:
                 self._cond.wait(timeout)
@@ -45,16 +52,16 @@ class Learner:
 
     def __init__(
         self,
-        ctx: NodeContext,
-        grpo: Any,
-        buffer: Any,
+        env: RoleEnv[TrainerSettings],
+        grpo: PolicyLearner,
+        buffer: ReplayBuffer,
         buffer_lock: threading.Lock,
-        mailbox: Mailbox,
+        mailbox: Mailbox[State],
         paused: threading.Event,
         version: Callable[[], int],
         published_at: Callable[[], float],
     ) -> None:
-        self.ctx = ctx
+        self.env = env
         self.grpo = grpo
         self.buffer = buffer
         self.buffer_lock = buffer_lock
@@ -62,44 +69,44 @@ class Learner:
         self.paused = paused
         self.version = version
         self.published_at = published_at
-        self.batch_groups = ctx.config.train_batch_groups or ctx.g.generation.groups_per_batch
+        self.batch_groups = env.settings.train_batch_groups or env.g.generation.groups_per_batch
         self.steps = 0
         self._unpublished = False  # trained steps not yet handed to the publisher
 
     def run(self) -> None:
-        ctx = self.ctx
-        cfg = ctx.config
-        while not ctx.stop.is_set():
+        env = self.env
+        cfg = env.settings
+        while not env.stop.is_set():
             version = self.version()
             if self.paused.is_set() or (cfg.max_versions and version >= cfg.max_versions):
-                ctx.stop.wait(0.5)
+                env.stop.wait(0.5)
                 continue
             with self.buffer_lock:
                 self.buffer.evict(version)
                 size = len(self.buffer)
                 groups = self.buffer.sample(version, self.batch_groups) if size >= self.batch_groups else []
-            ctx.status.set(buffer_groups=size)
+            env.status.set(buffer_groups=size)
             if not groups:
                 self._offer_state()  # a step held back by min_publish_s must not wait for new data
-                ctx.stop.wait(0.05 if self._unpublished else 0.2)
+                env.stop.wait(0.05 if self._unpublished else 0.2)
                 continue
             for _ in range(cfg.train_epochs):
-                if ctx.stop.is_set() or not self._train_step(groups):
+                if env.stop.is_set() or not self._train_step(groups):
                     break
 
-    def _train_step(self, groups: list[Any]) -> bool:
+    def _train_step(self, groups: list[RolloutGroup]) -> bool:
         """One GRPO step on ``groups``; hands the new state to the publisher. False: nothing learned."""
-        ctx = self.ctx
+        env = self.env
         t0 = time.monotonic()
         stats = self.grpo.step(groups)
         self.steps += 1
-        ctx.status.incr("train_steps")
-        ctx.status.gauge("train_step_ms", (time.monotonic() - t0) * 1000)
+        env.status.incr("train_steps")
+        env.status.gauge("train_step_ms", (time.monotonic() - t0) * 1000)
         for k in ("loss", "clip_frac", "kl", "grad_norm", "reward_mean"):
             if isinstance(stats.get(k), (int, float)):
-                ctx.status.gauge(f"train_{k}", float(stats[k]))
+                env.status.gauge(f"train_{k}", float(stats[k]))
         if stats.get("skipped"):
-            ctx.status.incr("train_steps_skipped")  # no group had reward variance: nothing learned
+            env.status.incr("train_steps_skipped")  # no group had reward variance: nothing learned
             return False
         self._unpublished = True
         self._offer_state()
@@ -109,7 +116,7 @@ class Learner:
         """Hand the newest trained state to the publisher if it is free and min_publish_s has passed."""
         if not self._unpublished or not self.mailbox.empty:
             return
-        if time.monotonic() - self.published_at() < self.ctx.config.min_publish_s:
+        if time.monotonic() - self.published_at() < self.env.settings.min_publish_s:
             return
         self._unpublished = False
         self.mailbox.put(self.grpo.published_state())

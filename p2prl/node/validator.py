@@ -15,13 +15,21 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from enum import Enum
+from functools import partial
+from typing import TYPE_CHECKING
 
+from p2prl.crypto import Identity
 from p2prl.lru import LRU
+from p2prl.net import Incoming
 from p2prl.node.common import generation_params, group_size, groups_per_batch, open_synced_role, task_of
-from p2prl.node.context import NodeContext
 from p2prl.node.judgequeue import JudgeQueue, key_of
+from p2prl.node.live import LiveWeights
+from p2prl.node.pump import Handlers
+from p2prl.node.role import RoleEnv
+from p2prl.node.settings import ValidatorSettings
 from p2prl.node.sync import WeightSync
 from p2prl.node.weights import Weights, sha256_of_state
 from p2prl.proof import (
@@ -42,11 +50,25 @@ ROLLOUT_PROBE_S = 3.0  # a blob none of whose bytes arrive this fast is not serv
 ROLLOUT_FETCH_S = 20.0  # a batch its miner cannot serve soon is not worth blocking the checks for
 FETCHERS = 3  # blobs fetched in parallel, off the judging thread; fetcher 0 serves good standing only
 READY_MAX = 4  # fetched blobs waiting to be judged
-_FETCH = object()  # check(): fetch the blob here
 POSITION_TAG = b"p2prl/validator/position-secret/v1"
 
 
-def position_secret(identity: Any) -> bytes:
+if TYPE_CHECKING:
+    import torch
+
+    from p2prl.proof import BatchVerdict
+    from p2prl.rl import GenerationParams, RolloutEngine, Task, Tokenizer
+
+Announced = Incoming[RolloutAnnouncement]
+
+
+class Fetch(Enum):
+    """``check(item)``'s default: fetch the blob there (None would mean: nobody could serve it)."""
+
+    HERE = "here"
+
+
+def position_secret(identity: Identity) -> bytes:
     """The secret that picks checked positions: the validator's signature over a fixed tag.
 
     Ed25519 signatures are deterministic, so it is the same after a restart (a miner cannot wait
@@ -59,7 +81,7 @@ class VersionCache:
     """The last few versions' weights, and which one is loaded in the engine's model. With ``live``
     (node/live.py) they are one set of tensors, stepped to the version asked for."""
 
-    def __init__(self, engine: Any, keep: int, live: Any = None) -> None:
+    def __init__(self, engine: RolloutEngine, keep: int, live: LiveWeights | None = None) -> None:
         self.engine = engine
         self.keep = keep
         self.live = live
@@ -75,7 +97,7 @@ class VersionCache:
         with self._lock:
             return max(self.states) if self.states else -1
 
-    def source(self, version: int) -> tuple[str, Any] | None:
+    def source(self, version: int) -> tuple[str, torch.nn.Module] | None:
         """The RolloutValidator's VersionSource: (manifest hash, model) with that version loaded."""
         with self._lock:
             w = self.states.get(version)
@@ -96,7 +118,14 @@ PROOF_TOLERANCES = ("fingerprint_tol", "fingerprint_tol_rollout", "logprob_tol_m
 PROOF_ERRORS = ("fingerprint_err_max", "fingerprint_err_group_max", "logprob_err_max")
 
 
-def calibrated(model: Any, tok: Any, task: Any, gen: Any, manifest_hash: str, vcfg: Any) -> Any:
+def calibrated(
+    model: torch.nn.Module,
+    tok: Tokenizer,
+    task: Task,
+    gen: GenerationParams,
+    manifest_hash: str,
+    vcfg: ValidatorConfig,
+) -> ValidatorConfig:
     """``vcfg`` with tolerances from this engine's own honest drift (KV-cache generation at two batch
     sizes against the full forward), so a miner on the same engine with other or perturbed weights
     fails where the loose defaults would let a small perturbation through."""
@@ -115,67 +144,67 @@ def calibrated(model: Any, tok: Any, task: Any, gen: Any, manifest_hash: str, vc
 
 
 class Validator:
-    def __init__(self, ctx: NodeContext) -> None:
-        self.ctx = ctx
-        keep = max(ctx.config.keep_states, int(ctx.g.max_staleness) + 1)
-        role = open_synced_role(ctx, "validator", keep)
+    def __init__(self, env: RoleEnv[ValidatorSettings]) -> None:
+        self.env = env
+        keep = max(env.settings.keep_states, int(env.g.max_staleness) + 1)
+        role = open_synced_role(env, "validator", keep)
         self.dir, self.book, self.engine, tok = role.dir, role.book, role.engine, role.tok
         start = role.start
         self.cache = VersionCache(self.engine, keep, role.live)
         self.cache.add(start)
-        self.sync = WeightSync(ctx, self.book, start, role.weights_dir, consecutive=True, live=role.live)
-        gen = generation_params(ctx)
+        self.sync = WeightSync(env, self.book, start, role.weights_dir, consecutive=True, live=role.live)
+        gen = generation_params(env)
         vcfg = ValidatorConfig(
-            max_staleness=int(ctx.g.max_staleness),
+            max_staleness=int(env.g.max_staleness),
             temperature=gen.temperature,
             top_p=gen.top_p,
             max_new_tokens=gen.max_new_tokens,
-            group_size=group_size(ctx),
-            groups_per_batch=groups_per_batch(ctx),
-            checked_per_group=ctx.config.checked_per_group,
+            group_size=group_size(env),
+            groups_per_batch=groups_per_batch(env),
+            checked_per_group=env.settings.checked_per_group,
         )
-        task = task_of(ctx)  # built once: a data-backed task reads and hashes its file
-        if ctx.config.calibrate_tolerances:
+        task = task_of(env)  # built once: a data-backed task reads and hashes its file
+        if env.settings.calibrate_tolerances:
             vcfg = calibrated(self.engine.model, tok, task, gen, start.hash, vcfg)
         self.checker = RolloutValidator(
-            self.cache.source, tok, task, vcfg, position_secret=position_secret(ctx.identity)
+            self.cache.source, tok, task, vcfg, position_secret=position_secret(env.identity)
         )
-        self.max_staleness = int(ctx.g.max_staleness)
+        self.max_staleness = int(env.g.max_staleness)
         self.jq = JudgeQueue(self.max_staleness)
         self.jq_cond = threading.Condition()
         self.in_flight: set[str] = set()  # signers with a batch being fetched or judged (one each)
-        self.scores = _make_scores(ctx)
-        self.ready: queue.Queue[tuple[Any, bytes | None]] = queue.Queue(READY_MAX)
+        self.scores = ScoreBook(env.settings.score_window)
+        self.ready: queue.Queue[tuple[Announced, bytes | None]] = queue.Queue(READY_MAX)
         self._last_scores = 0.0
         self.current = start
-        ctx.status.set(
+        env.status.set(
             version=start.version, weights_hash=start.hash
         )
         self._report_sha(start)
         for k in PROOF_TOLERANCES:  # beside the largest errors seen (_record): how close honest miners come
-            ctx.status.gauge(f"proof_{k}", getattr(vcfg, k))
+            env.status.gauge(f"proof_{k}", getattr(vcfg, k))
 
     def _report_sha(self, w: Weights) -> None:
         """The full-model SHA-256 for run summaries, only when asked (one hash of the model)."""
-        if self.ctx.config.report_weights_sha256:
-            self.ctx.status.set(weights_sha256=sha256_of_state(w.state))
+        if self.env.settings.report_weights_sha256:
+            self.env.status.set(weights_sha256=sha256_of_state(w.state))
 
     # -- pump thread ----------------------------------------------------------------------
-    def on_announcement(self, item: Any) -> None:
+    def on_announcement(self, item: Announced) -> None:
         with self.jq_cond:
             evicted = self.jq.evicted
             why = self.jq.offer(item)
             evicted = self.jq.evicted - evicted
             self.jq_cond.notify()
         if why is not None:
-            self.ctx.status.incr_label("dropped", why)
+            self.env.status.incr_label("dropped", why)
         if evicted:
-            self.ctx.status.incr_label("dropped", NodeDrop.VALIDATOR_QUEUE_EVICTED, evicted)
+            self.env.status.incr_label("dropped", NodeDrop.VALIDATOR_QUEUE_EVICTED, evicted)
 
     # -- work loop --------------------------------------------------------------------------
     def run(self) -> None:
-        ctx = self.ctx
-        while not ctx.stop.is_set():
+        env = self.env
+        while not env.stop.is_set():
             for w in self.sync.take_all_staged():
                 self.cache.add(w)
                 self.current = w
@@ -191,31 +220,31 @@ class Validator:
                 self.check(item, data)
             except Exception:
                 log.exception("checking an announcement failed")
-                ctx.status.incr_label("check_failed", "exception")
+                env.status.incr_label("check_failed", "exception")
 
     def fetch_loop(self, lane: int) -> None:
         """Fetch queued blobs for the judging thread: a blob nobody serves costs a fetcher a probe,
         never the judge; lane 0 serves only miners in good standing, so a flood cannot take it."""
-        ctx = self.ctx
-        while not ctx.stop.is_set():
+        env = self.env
+        while not env.stop.is_set():
             item = self._next(classes=1 if lane == 0 else 3)
             if item is None:
                 continue
             with self.jq_cond:
                 if key_of(item) in self.jq.judged:
-                    ctx.status.incr_label("dropped", NodeDrop.DUPLICATE_ANNOUNCEMENT)
+                    env.status.incr_label("dropped", NodeDrop.DUPLICATE_ANNOUNCEMENT)
                     self.in_flight.discard(key_of(item)[0])
                     self.jq_cond.notify_all()
                     continue
             data = self._fetch(item)
-            while not ctx.stop.is_set():
+            while not env.stop.is_set():
                 try:
                     self.ready.put((item, data), timeout=0.5)
                     break
                 except queue.Full:
                     continue
 
-    def _next(self, classes: int = 3) -> Any:
+    def _next(self, classes: int = 3) -> Announced | None:
         """The next announcement to judge (fair per signer; one whose version we hold or never will)."""
         with self.jq_cond:
             item = self.jq.next(self.current.version, classes=classes, skip=self.in_flight)
@@ -225,20 +254,20 @@ class Validator:
                 self.in_flight.add(key_of(item)[0])
             return item
 
-    def _done(self, item: Any) -> None:
+    def _done(self, item: Announced) -> None:
         """The signer's batch is judged: its next one may be fetched (one at a time, in order)."""
         with self.jq_cond:
             self.in_flight.discard(key_of(item)[0])
             self.jq_cond.notify_all()
 
-    def check(self, item: Any, data: Any = _FETCH) -> Any:
+    def check(self, item: Announced, data: bytes | Fetch | None = Fetch.HERE) -> BatchVerdict | None:
         """Judge ``item`` (see ``_check``), then let its signer's next batch be fetched."""
         try:
             return self._check(item, data)
         finally:
             self._done(item)
 
-    def _check(self, item: Any, data: Any = _FETCH) -> Any:
+    def _check(self, item: Announced, data: bytes | Fetch | None = Fetch.HERE) -> BatchVerdict | None:
         """Fetch the batch, judge it, publish the verdict; returns the BatchVerdict (None: a repeat).
 
         A (signer, blob) is judged once in the staleness window: the checker records each prompt
@@ -246,15 +275,15 @@ class Validator:
         would fail it as ``duplicate_index`` and zero an honest miner. Another key announcing the
         same blob id is judged on its own (and fails: the batch names its real miner).
         """
-        ctx = self.ctx
-        ann: RolloutAnnouncement = item.message
+        env = self.env
+        ann = item.message
         miner = item.envelope.signer
         with self.jq_cond:
             if key_of(item) in self.jq.judged:
-                ctx.status.incr_label("dropped", NodeDrop.DUPLICATE_ANNOUNCEMENT)
+                env.status.incr_label("dropped", NodeDrop.DUPLICATE_ANNOUNCEMENT)
                 return None
         t0 = time.monotonic()
-        if data is _FETCH:
+        if data is Fetch.HERE:
             data = self._fetch(item)
         if data is None:
             with self.jq_cond:
@@ -267,35 +296,35 @@ class Validator:
             with self.jq_cond:
                 self.jq.judged_ok(item, bool(bv.valid_groups), bool(bv.hard_failure))
         verdict = replace(to_verdict(bv, ann, miner), announcement=item.envelope.digest.hex())
-        ctx.publish("verdicts", verdict)
+        env.publish("verdicts", verdict)
         self._record(ann, miner, bv, time.monotonic() - t0, judged=data is not None)
         return bv
 
-    def _fetch(self, item: Any) -> bytes | None:
+    def _fetch(self, item: Announced) -> bytes | None:
         """The blob's bytes, or None: a short probe first, the full fetch only if bytes arrived."""
-        ctx, ann = self.ctx, item.message
-        origin = getattr(item, "origin", item.from_peer)
+        env, ann = self.env, item.message
+        origin = item.origin
         arrived = threading.Event()
-        full = min(ctx.config.fetch_timeout_s, ROLLOUT_FETCH_S)
+        full = min(env.settings.fetch_timeout_s, ROLLOUT_FETCH_S)
         for timeout in (min(ROLLOUT_PROBE_S, full), full - ROLLOUT_PROBE_S):
             try:
-                ctx.fetch_rollouts(ann.blob, origin, timeout, on_progress=lambda d, _t: d and arrived.set())
-                return ctx.store.get(ann.blob.id)
+                env.fetch_rollouts(ann.blob, origin, timeout, on_progress=lambda d, _t: d and arrived.set())
+                return env.store.get(ann.blob.id)
             except Exception as e:
                 log.warning("rollout blob %s unavailable: %s", ann.blob.id[:12], e)
                 if not arrived.is_set() or timeout <= 0:
                     break
-        ctx.status.incr_label("rollout_unfetchable", "probe" if not arrived.is_set() else "fetch")
+        env.status.incr_label("rollout_unfetchable", "probe" if not arrived.is_set() else "fetch")
         return None
 
-    def _record(self, ann: RolloutAnnouncement, miner: bytes, bv: Any, secs: float, judged: bool) -> None:
-        st = self.ctx.status
+    def _record(self, ann: RolloutAnnouncement, miner: bytes, bv: BatchVerdict, secs: float, judged: bool) -> None:
+        st = self.env.status
         acc = sum(1 for g in bv.groups if g.accepted)
         st.incr("batches_checked")
         st.incr("groups_accepted", acc)
         st.incr("groups_rejected", len(bv.groups) - acc)
         st.incr("rollouts_accepted", sum(len(g.rollouts) for g in bv.valid_groups))
-        st.incr("rollouts_rejected", (len(bv.groups) - acc) * group_size(self.ctx))
+        st.incr("rollouts_rejected", (len(bv.groups) - acc) * group_size(self.env))
         for g in bv.groups:
             if not g.accepted:
                 st.incr_label("rejected", g.reason)
@@ -326,22 +355,23 @@ class Validator:
         self._last_scores = now
         if self.scores.scores(self.current.version):
             for msg in self.scores.to_messages(self.current.version):
-                self.ctx.publish("verdicts", msg)
+                self.env.publish("verdicts", msg)
 
     def holds(self) -> list[str]:
-        return [m.blob.id for m in self.book.all()[-8:] if self.ctx.store.has(m.blob.id)]
+        return [m.blob.id for m in self.book.all()[-8:] if self.env.store.has(m.blob.id)]
 
-    def start(self) -> None:
-        self.ctx.spawn_pump(
-            {PatchManifest.TYPE: self.sync.on_manifest, RolloutAnnouncement.TYPE: self.on_announcement},
-            self.holds,
-            lambda: self.current.version,
-        )
-        self.ctx.spawn("sync", self.sync.run)
-        self.ctx.spawn("validate", self.run)
-        for lane in range(FETCHERS):
-            self.ctx.spawn(f"fetch{lane}", lambda lane=lane: self.fetch_loop(lane))
+    def head(self) -> int:
+        return self.current.version
 
+    def handlers(self) -> Handlers:
+        return Handlers().on(PatchManifest, self.sync.on_manifest).on(RolloutAnnouncement, self.on_announcement)
 
-def _make_scores(ctx: NodeContext) -> Any:
-    return ScoreBook(ctx.config.score_window)
+    def loops(self) -> dict[str, Callable[[], None]]:
+        lanes = {f"fetch{lane}": partial(self.fetch_loop, lane) for lane in range(FETCHERS)}
+        return {"sync": self.sync.run, "validate": self.run, **lanes}
+
+    def pause(self) -> None:
+        """Nothing to pause: verdicts answer what miners announce."""
+
+    def close(self) -> None:
+        """Nothing held beyond the runtime's threads."""

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from p2prl.proof.recompute import forward_flat
     from p2prl.proof.scores import ScoreBook
     from p2prl.proof.validate import (
+        BatchVerdict,
         RolloutValidator,
         ValidatorConfig,
         reject_all,
@@ -35,6 +36,7 @@ __all__ = [
     "MAGIC",
     "SKETCH_DIM",
     "BatchLimits",
+    "BatchVerdict",
     "RolloutValidator",
     "ScoreBook",
     "ValidatorConfig",

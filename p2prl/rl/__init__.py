@@ -7,12 +7,19 @@ transformers) on first use, so importing the package costs no torch.
 from typing import TYPE_CHECKING
 
 from p2prl.lazyexports import lazy_exports
-from p2prl.rl.tasks import derive_seed, file_sha256, get_task, parse_task_params, pin_task_params
+from p2prl.rl.tasks import Task, derive_seed, file_sha256, get_task, parse_task_params, pin_task_params
 
 if TYPE_CHECKING:
     from p2prl.rl.buffer import ReplayBuffer
     from p2prl.rl.distributed import launched, make_learner, rank
-    from p2prl.rl.engine import GenerationParams, HFEngine, Sample, processed_logprobs, teacher_forced
+    from p2prl.rl.engine import (
+        GenerationParams,
+        HFEngine,
+        RolloutEngine,
+        Sample,
+        processed_logprobs,
+        teacher_forced,
+    )
     from p2prl.rl.engines import (
         ENGINES,
         EngineChoice,
@@ -21,7 +28,7 @@ if TYPE_CHECKING:
         open_vllm,
         vllm_unsupported,
     )
-    from p2prl.rl.grpo import GRPOConfig
+    from p2prl.rl.grpo import GRPOConfig, PolicyLearner
     from p2prl.rl.local import DEFAULT_LR, LocalConfig, default_cache_dir, train_local
     from p2prl.rl.model import (
         ARCH,
@@ -50,7 +57,7 @@ if TYPE_CHECKING:
     )
     from p2prl.rl.randmodel import QWEN25_05B, TINY, VLLM_TINY, build_random_model_dir
     from p2prl.rl.sampling import interval_distance, pick_tokens, sample_key, token_intervals, uniforms
-    from p2prl.rl.tokenizer import CharTokenizer, load_tokenizer
+    from p2prl.rl.tokenizer import CharTokenizer, Tokenizer, load_tokenizer
     from p2prl.rl.types import Rollout, RolloutGroup
 
 __all__ = [
@@ -69,10 +76,14 @@ __all__ = [
     "HFEngine",
     "LocalConfig",
     "ModelDirError",
+    "PolicyLearner",
     "ReplayBuffer",
     "Rollout",
+    "RolloutEngine",
     "RolloutGroup",
     "Sample",
+    "Task",
+    "Tokenizer",
     "build_default_model",
     "build_random_model_dir",
     "check_files",

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from p2prl.patch import changed_fraction
-from p2prl.rl.grpo import GRPOConfig, GRPOTrainer
+from p2prl.rl.grpo import GRPOConfig, GRPOTrainer, PolicyLearner
 from p2prl.rl.model import unique_state, weights_hash
 
 log = logging.getLogger(__name__)
@@ -440,7 +440,7 @@ def master_hash(learner: Any) -> str:
     return weights_hash(unique_state(learner.model))
 
 
-def make_learner(model: Any, config: GRPOConfig, pad_id: int, publish_mode: str = "auto") -> Any:
+def make_learner(model: Any, config: GRPOConfig, pad_id: int, publish_mode: str = "auto") -> PolicyLearner:
     """A GRPOTrainer in one process; under torchrun, rank 0's :class:`Leader` (followers: :func:`follow`).
 
     Rank 0 holds the loaded model; it sends the followers the architecture and the GRPO settings,

@@ -12,7 +12,7 @@ import copy
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -67,8 +67,29 @@ def policy_loss(
     return -surr, ratio, trusted
 
 
+class PolicyLearner(Protocol):
+    """What a trainer node uses of its learner: a :class:`GRPOTrainer` in one process, or rank 0's
+    handle on one sharded over torchrun's ranks (``p2prl.rl.distributed.Leader``)."""
+
+    checkpoint_name: str
+
+    def step(self, groups: list[RolloutGroup]) -> dict[str, float]: ...
+
+    def published_state(self) -> dict[str, Tensor]: ...
+
+    def load_published(self, state: Mapping[str, Tensor]) -> None: ...
+
+    def save(self, path: Path) -> None: ...
+
+    def load(self, path: Path) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class GRPOTrainer:
     """One optimizer step per ``step`` call over the given groups; ``version`` counts the steps."""
+
+    checkpoint_name = "checkpoint.pt"
 
     def __init__(self, model: Any, config: GRPOConfig, pad_id: int = 0) -> None:
         self.model = model.float().train()
@@ -213,3 +234,6 @@ class GRPOTrainer:
         copy_state_in_place(self.model, ckpt["model"])
         self.opt.load_state_dict(ckpt["optimizer"])
         self.version = int(ckpt["version"])
+
+    def close(self) -> None:
+        """Nothing to release in one process (a sharded learner releases its ranks)."""

@@ -121,7 +121,7 @@ def _dockerignore() -> tuple[list[str], list[str]]:
     return lines, allowed
 
 
-def test_build_context_is_an_allowlist() -> None:
+def test_build_runtime_is_an_allowlist() -> None:
     """Only the package and its metadata enter the build context: keys, data and .env never do."""
     lines, allowed = _dockerignore()
     assert lines[0] == "*"
@@ -140,7 +140,7 @@ def test_build_context_is_an_allowlist() -> None:
 
 
 @pytest.mark.slow
-def test_build_context_builds_the_package(tmp_path: Path) -> None:
+def test_build_runtime_builds_the_package(tmp_path: Path) -> None:
     """The wheel built from exactly the build context holds every module and data file, and the entry point."""
     import zipfile
 

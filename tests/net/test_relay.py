@@ -124,7 +124,7 @@ def test_validators_verdicts_give_standing(make_node: Callable[..., P2PNode]) ->
     from p2prl.bench.arena import delivered
     from p2prl.crypto.keys import Identity
     from p2prl.net import peer_id_for
-    from p2prl.node.pump import Pump
+    from p2prl.node.pump import Handlers, Pump
     from p2prl.protocol.messages import GroupVerdict, Verdict
 
     r = make_node("r", config=NetConfig(relay=RelayBounds()))
@@ -133,7 +133,7 @@ def test_validators_verdicts_give_standing(make_node: Callable[..., P2PNode]) ->
         net=r, stop=threading.Event(), config=SimpleNamespace(local_network=True, relay_service=True)
     )
     ctx.status = SimpleNamespace(incr=lambda *a: None)
-    pump = Pump(ctx, {}, list, int)  # type: ignore[arg-type]
+    pump = Pump(ctx, Handlers(), list, int)  # type: ignore[arg-type]
     for who, ok in ((miner, True), (junk, False)):
         v = Verdict(
             "ab" * 32, who.public_hex, 0, (GroupVerdict(0, ok, "ok" if ok else "fingerprint"),), "cd" * 32

@@ -22,9 +22,9 @@ from p2prl.net.identity import peer_id_for
 from p2prl.net.node import PeerInfo
 from p2prl.net.swarm import FetchError
 from p2prl.node.config import NodeConfig
-from p2prl.node.context import NodeContext
 from p2prl.node.genesis import SignedGenesis
 from p2prl.node.netsettings import allowed_signers
+from p2prl.node.run import NodeRuntime
 from p2prl.node.status import NodeStatus
 from p2prl.protocol.blobs import BlobRef
 from p2prl.store import BlobStore
@@ -44,10 +44,10 @@ class LocalHub:
         self.members.append(host)
         return host
 
-    def context(self, role: str, identity: Identity, data_dir: Path) -> NodeContext:
-        """A node's context on this network (its store under ``data_dir``), as build_context makes one."""
+    def runtime(self, role: str, identity: Identity, data_dir: Path) -> NodeRuntime:
+        """A node's runtime on this network (its store under ``data_dir``), as build_runtime makes one."""
         store = BlobStore(data_dir / "blobs")
-        return NodeContext(
+        return NodeRuntime(
             NodeConfig(role=role, data_dir=data_dir),  # type: ignore[arg-type]
             self.genesis,
             identity,

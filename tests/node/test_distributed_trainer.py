@@ -15,7 +15,7 @@ import pytest
 
 from p2prl.dashboard import fetch_status
 from p2prl.net.ports import free_port
-from p2prl.node.runtime import start_node
+from p2prl.node.run import start_node
 from p2prl.patch import ChainPublisher, PatchEncoder, materialize, plan_sync
 from p2prl.store import BlobStore
 
@@ -101,7 +101,7 @@ def test_sharded_trainer_publishes_resumes_and_dies_cleanly(make_net, wait_for) 
             return w.version >= 2 and hashes.get(str(w.version)) == w.hash
 
         wait_for(miner_matches, 90, "the miner on a trained version, bit-exact")
-        assert m.ctx.status.counter("patches_applied") >= 1
+        assert m.rt.status.counter("patches_applied") >= 1
         # a graceful stop: rank 0 finishes what it started (the followers wait for it)
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=90)

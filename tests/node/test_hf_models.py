@@ -15,8 +15,8 @@ from safetensors.torch import load_file, save_file
 
 from p2prl.bench.dishonest import perturb_state
 from p2prl.demo import S3Server
-from p2prl.node.context import NodeStartError
-from p2prl.node.runtime import start_node
+from p2prl.node.role import NodeStartError
+from p2prl.node.run import start_node
 from p2prl.node.weights import sha256_of_state
 
 CHAT = {"prompt_format": "chat", "system_prompt": "Answer with the number.", "max_new_tokens": 3}
@@ -40,10 +40,10 @@ def test_hf_model_network(make_net, wait_for, hf_model_dir: Callable[..., Path],
         wait_for(lambda: m.role.active.version == 2 and v.role.current.version == 2, 90, "v2 everywhere")
         # the validator's one set of tensors steps back to check older batches: its status has the
         # SHA-256 of the version it reached, taken when it reached it
-        wait_for(lambda: v.ctx.status.get("weights_sha256") == want, 30, "validator's v2 reported")
+        wait_for(lambda: v.rt.status.get("weights_sha256") == want, 30, "validator's v2 reported")
         assert sha256_of_state(m.role.active.state) == want
-        wait_for(lambda: v.ctx.status.counter("groups_accepted") > 0, 120, "accepted groups")
-        rejected = v.ctx.status.snapshot()["labelled"].get("rejected", {})
+        wait_for(lambda: v.rt.status.counter("groups_accepted") > 0, 120, "accepted groups")
+        rejected = v.rt.status.snapshot()["labelled"].get("rejected", {})
         assert "prompt_mismatch" not in rejected, rejected
     finally:
         for node in (m, v, t):
@@ -99,13 +99,13 @@ def test_join_with_nothing_but_the_genesis(make_net, wait_for, hf_model_dir: Cal
         t.role.pause()
         cache = net.root / "miner1" / "model"
         m = start_node(net.config("miner1", model_cache=cache, **s3kw))
-        files = m.ctx.g.asset(m.ctx.g.model.files_sha256)
-        assert m.ctx.status.snapshot()["labelled"]["assets_fetched"] == {"model_files": 1}
+        files = m.rt.g.asset(m.rt.g.model.files_sha256)
+        assert m.rt.status.snapshot()["labelled"]["assets_fetched"] == {"model_files": 1}
         wait_for(lambda: m.role.active.hash == t.role.chain.result_hash, 90, "miner in sync")
         assert sha256_of_state(m.role.active.state) == sha256_of_state(t.role.chain.state)
         fetched = next(cache.iterdir())
         assert (fetched / "config.json").read_bytes() == (d / "config.json").read_bytes()
-        assert m.ctx.store.has(files.id)  # kept, so it is served to the next joiner
+        assert m.rt.store.has(files.id)  # kept, so it is served to the next joiner
         head = t.role.chain.result_hash
     finally:
         for node in (m, t):
@@ -118,7 +118,7 @@ def test_join_with_nothing_but_the_genesis(make_net, wait_for, hf_model_dir: Cal
     finally:
         m2.close()
     # a tampered S3 copy: every chunk is checked against the genesis, nothing is installed
-    key = f"{m2.ctx.net.s3.blob_key(files.id)}"
+    key = f"{m2.rt.net.s3.blob_key(files.id)}"
     client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1")
     body = client.get_object(Bucket="hf-join", Key=key)["Body"].read()
     client.put_object(Bucket="hf-join", Key=key, Body=body[:-1] + bytes([body[-1] ^ 1]))

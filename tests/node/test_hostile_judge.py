@@ -85,7 +85,7 @@ def test_forced_rejudgement(arena: Arena) -> None:
         for _ in range(33):
             junk = os.urandom(200)
             ref = blob_ref_for(junk, chunk_size=64 * 1024)
-            v.ctx.store.put(junk, expected_id=ref.id)
+            v.env.store.put(junk, expected_id=ref.id)
             v.check(arena.announce(flooder, dataclasses.replace(ann, blob=ref)))
         replay = arena.announce(honest, dataclasses.replace(ann, created_ms=ann.created_ms + 7))
         v.on_announcement(replay)
@@ -112,7 +112,7 @@ def test_forced_rejudgement_many_keys(arena: Arena) -> None:
         for _ in range(65):
             junk = os.urandom(200)
             ref = blob_ref_for(junk, chunk_size=64 * 1024)
-            v.ctx.store.put(junk, expected_id=ref.id)
+            v.env.store.put(junk, expected_id=ref.id)
             v.check(arena.announce(Identity.generate(), dataclasses.replace(ann, blob=ref)))
         replay = arena.announce(honest, dataclasses.replace(ann, created_ms=ann.created_ms + 9))
         v.on_announcement(replay)
@@ -185,7 +185,7 @@ def test_scores_message_bounded(arena: Arena) -> None:
     miners = {f"{i:064x}": 1 + i % 7 for i in range(3000)}
     for m, n in miners.items():
         v.scores.record(m, 0, n)
-    failed = lambda: sum(v.ctx.status.snapshot()["labelled"].get("publish_failed", {}).values())  # noqa: E731
+    failed = lambda: sum(v.env.status.snapshot()["labelled"].get("publish_failed", {}).values())  # noqa: E731
     before = failed()
     v._last_scores = 0.0
     v._maybe_publish_scores()
@@ -193,8 +193,8 @@ def test_scores_message_bounded(arena: Arena) -> None:
     got: dict[str, int] = {}
     deadline = time.monotonic() + 20
     while not miners.items() <= got.items() and time.monotonic() < deadline:
-        for i in arena.trainer.ctx.net.poll(timeout=0.5):
-            if i.envelope.type == Scores.TYPE and i.envelope.signer_hex == v.ctx.identity.public_hex:
+        for i in arena.trainer_rt.net.poll(timeout=0.5):
+            if i.envelope.type == Scores.TYPE and i.envelope.signer_hex == v.env.identity.public_hex:
                 got.update(i.message.scores)
     assert miners.items() <= got.items()
 
@@ -214,7 +214,7 @@ def test_validator_stall(arena: Arena) -> None:
         fake = dataclasses.replace(first, blob=blob_ref_for(junk, chunk_size=64 * 1024))
         v.on_announcement(arena.announce(Identity.generate(), fake))
     _, second = arena.mine(honest)
-    before = v.ctx.status.counter("groups_accepted")
+    before = v.env.status.counter("groups_accepted")
     v.on_announcement(arena.announce(honest, second))
     stop = threading.Event()
 
@@ -228,13 +228,13 @@ def test_validator_stall(arena: Arena) -> None:
     t0 = time.monotonic()
     th.start()
     try:
-        while v.ctx.status.counter("groups_accepted") == before and time.monotonic() - t0 < 15:
+        while v.env.status.counter("groups_accepted") == before and time.monotonic() - t0 < 15:
             time.sleep(0.1)
         took = time.monotonic() - t0
     finally:
         stop.set()
         th.join(60)
-    assert v.ctx.status.counter("groups_accepted") > before, "the honest batch waited behind the flood"
+    assert v.env.status.counter("groups_accepted") > before, "the honest batch waited behind the flood"
     assert took < 10
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from p2prl.node.context import NodeStartError
 from p2prl.node.preflight import DataDirLock, PreflightError, check_listen, listen_host_port
-from p2prl.node.runtime import start_node
+from p2prl.node.role import NodeStartError
+from p2prl.node.run import start_node
 
 
 def _listener(reuseport: bool) -> socket.socket:

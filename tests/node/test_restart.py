@@ -4,14 +4,14 @@ from their stored weights and catch up. Real P2PNodes on 127.0.0.1, all in this 
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
 from p2prl.bench.dishonest import perturb_state
 from p2prl.demo import S3Server
+from p2prl.net.gossip import Incoming
 from p2prl.net.identity import peer_id_for
-from p2prl.node.runtime import RunningNode, start_node
+from p2prl.node.run import RunningNode, start_node
 from p2prl.node.weights import load_saved_weights
 from p2prl.patch.hashing import weights_hash
 from p2prl.proof.batch import commitment_root, decode_batch
@@ -42,13 +42,13 @@ def test_trainer_restart_resumes_chain(make_net, wait_for) -> None:
     t = start_node(net.config("trainer"))
     try:
         assert t.role.version == 2 and t.role.chain.result_hash == head
-        assert t.ctx.status.counter("restarts_resumed") == 1
+        assert t.rt.status.counter("restarts_resumed") == 1
         assert weights_hash(t.role.chain.state) == head
         t.role.pause()
         assert publish_next(t, 3) == 3  # the next version, never a reused one
         m = t.role.chain.manifests.get(3, "delta")
         assert m.base_hash == head and m.base_version == 2
-        assert t.ctx.status.snapshot()["version"] == 3
+        assert t.rt.status.snapshot()["version"] == 3
     finally:
         t.close()
 
@@ -63,10 +63,10 @@ def s3(monkeypatch: pytest.MonkeyPatch):
     server.stop()
 
 
-def replayed_announcement(miner: RunningNode, net) -> SimpleNamespace:
+def replayed_announcement(miner: RunningNode, net) -> Incoming[RolloutAnnouncement]:
     """A freshly signed announcement of the miner's newest batch: what a replay or re-gossip delivers."""
     bid = miner.role.pinned[-1]
-    data = miner.ctx.store.get(bid)
+    data = miner.rt.store.get(bid)
     batch = decode_batch(data)
     ann = RolloutAnnouncement(
         version=batch.version,
@@ -78,7 +78,7 @@ def replayed_announcement(miner: RunningNode, net) -> SimpleNamespace:
     assert ann.blob.id == bid
     env, msg = decode_message(encode_message(net.ids["miner1"], "test-net", ann), "test-net")
     pid = peer_id_for(net.ids["miner1"])
-    return SimpleNamespace(message=msg, envelope=env, from_peer=pid, origin=pid)
+    return Incoming("rollouts", env, msg, pid, pid)
 
 
 def test_miner_and_validator_restart_from_stored_weights(make_net, wait_for, s3) -> None:
@@ -95,16 +95,16 @@ def test_miner_and_validator_restart_from_stored_weights(make_net, wait_for, s3)
         publish_next(t, 1)
         h1 = t.role.chain.result_hash
         wait_for(lambda: m.role.active.version == 1 and v.role.current.version == 1, 90, "v1 everywhere")
-        wait_for(lambda: v.ctx.status.counter("groups_accepted") > 0, 90, "accepted groups")
+        wait_for(lambda: v.rt.status.counter("groups_accepted") > 0, 90, "accepted groups")
         # a repeated announcement of a judged blob is dropped, not re-checked (which would fail it
         # as duplicate_index and zero an honest miner)
         again = replayed_announcement(m, net)
         key = (again.envelope.signer_hex, again.message.blob.id)
         wait_for(lambda: key in v.role.jq.judged, 60, "the batch checked")
         v.role.on_announcement(again)
-        dropped = lambda: v.ctx.status.snapshot()["labelled"].get("dropped", {})  # noqa: E731
+        dropped = lambda: v.rt.status.snapshot()["labelled"].get("dropped", {})  # noqa: E731
         wait_for(lambda: dropped().get("duplicate_announcement", 0) >= 1, 30, "replay dropped")
-        snap = v.ctx.status.snapshot()
+        snap = v.rt.status.snapshot()
         assert "duplicate_index" not in snap["labelled"].get("rejected", {})
         assert snap["scores"].get(net.ids["miner1"].public_hex, 0) > 0, snap["labelled"]
         m.close()
@@ -118,14 +118,14 @@ def test_miner_and_validator_restart_from_stored_weights(make_net, wait_for, s3)
         v = start_node(net.config("validator", **s3))
         m = start_node(net.config("miner1"))  # no S3: manifests can only come by gossip
         for node in (m, v):
-            assert node.ctx.status.counter("restarts_resumed") == 1
+            assert node.rt.status.counter("restarts_resumed") == 1
             # resumed from disk (v1), possibly already on v2: it can sync that fast
-            assert node.ctx.status.snapshot()["weights_hash"] in (h1, h2)
+            assert node.rt.status.snapshot()["weights_hash"] in (h1, h2)
         wait_for(lambda: m.role.active.hash == h2 and v.role.current.hash == h2, 90, "v2 after restart")
         # the fast path from the stored v1 (one delta), not a resync from v0 or the anchor
         for node in (m, v):
-            assert node.ctx.status.counter("slow_path_syncs") == 0
-            assert node.ctx.status.counter("patches_applied") == 1
+            assert node.rt.status.counter("slow_path_syncs") == 0
+            assert node.rt.status.counter("patches_applied") == 1
         publish_next(t, 3)  # gossiped at once to the restarted peer id (not only the 10 s re-gossip)
         h3 = t.role.chain.result_hash
         wait_for(lambda: m.role.active.hash == h3, 60, "v3 by gossip after restart")

@@ -11,8 +11,9 @@ import time
 import pytest
 
 from p2prl.net.node import FetchError
-from p2prl.node.context import rollout_blob_bound
-from p2prl.node.startup import build_context
+from p2prl.node.role import rollout_blob_bound
+from p2prl.node.settings import ValidatorSettings
+from p2prl.node.startup import build_runtime
 from p2prl.protocol.blobs import BlobRef
 
 MIB = 1024 * 1024
@@ -25,9 +26,9 @@ def junk_ref(size: int, chunk: int) -> BlobRef:
 
 @pytest.fixture
 def validator(make_net):
-    ctx = build_context(make_net().config("validator"))
-    yield ctx
-    ctx.net.stop()
+    rt = build_runtime(make_net().config("validator"))
+    yield rt.env(ValidatorSettings)
+    rt.net.stop()
 
 
 def partial_files(ctx) -> list[str]:

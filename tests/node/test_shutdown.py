@@ -6,7 +6,7 @@ import os
 import threading
 import time
 
-from p2prl.node.runtime import FINISH_STEP_S, start_node
+from p2prl.node.run import FINISH_STEP_S, start_node
 from p2prl.protocol import blob_ref_for
 
 
@@ -18,12 +18,12 @@ def test_stop_does_not_wait_for_a_fetch_nobody_answers(make_net) -> None:
 
     def fetch() -> None:  # as the sync thread fetching a patch from a trainer that exited
         try:
-            m.ctx.net.fetch(ref, timeout=120.0, s3=False)
+            m.rt.net.fetch(ref, timeout=120.0, s3=False)
         except BaseException as e:
             errors.append(e)
 
     t = threading.Thread(target=fetch, name="fetch")
-    m.ctx.threads.append(t)
+    m.rt.threads.append(t)
     t.start()
     time.sleep(1.0)
     t0 = time.monotonic()

@@ -15,6 +15,7 @@ from localnet import LocalHub
 from p2prl.crypto.keys import Identity
 from p2prl.net.topics import topic
 from p2prl.node.netinit import NetworkSpec, genesis_from_spec
+from p2prl.node.settings import MinerSettings
 from p2prl.node.sync import WeightSync
 from p2prl.node.weights import Weights
 from p2prl.patch.chain import ChainPublisher
@@ -38,16 +39,16 @@ def states(n: int) -> list[dict[str, torch.Tensor]]:
 
 def test_follower_syncs_through_the_port_and_refuses_a_fork(tmp_path: Path) -> None:
     hub = LocalHub(genesis_from_spec(NetworkSpec(network_id=NET), TRAINER, MODEL))
-    trainer = hub.context("trainer", TRAINER, tmp_path / "trainer")
+    trainer = hub.runtime("trainer", TRAINER, tmp_path / "trainer")
     chain = ChainPublisher(tmp_path / "trainer" / "chain", TRAINER, NET, anchor_interval=2, store=trainer.store)
-    miner = hub.context("miner", MINER, tmp_path / "miner")
+    miner = hub.runtime("miner", MINER, tmp_path / "miner")
     book = ManifestStore(NET, TRAINER.public_key, tmp_path / "miner" / "manifests")
-    sync = WeightSync(miner, book, Weights(0, "", {}), tmp_path / "miner" / "weights")
+    sync = WeightSync(miner.env(MinerSettings), book, Weights(0, "", {}), tmp_path / "miner" / "weights")
     want = states(4)
     for s in want:
         for item in chain.publish(s).items:
             trainer.net.serve(item.manifest.blob)
-            trainer.publish_raw("manifests", item.envelope)
+            trainer.outbox.publish_raw("manifests", item.envelope)
     head = chain.manifests.get(3)
     fork = PatchManifest(**{**head.__dict__, "result_hash": "ee" * 32})
     trainer.net.publish(topic(NET, "manifests"), encode_message(TRAINER, NET, fork))

@@ -125,7 +125,7 @@ def test_plugin_task_pinned_in_genesis_and_used_by_every_role(
 
 def test_a_node_without_the_genesis_task_refuses_to_start(make_net) -> None:
     """A genesis naming a task this machine lacks (the plugin is not installed) stops every role at start."""
-    from p2prl.node.runtime import NodeStartError, start_node
+    from p2prl.node.run import NodeStartError, start_node
 
     net = make_net(("trainer", "validator", "miner1"), task="subtraction", task_params={"digits": 1})
     for name in ("trainer", "miner1"):

@@ -10,8 +10,10 @@ from dataclasses import replace
 
 import pytest
 
+from p2prl.net import topic
 from p2prl.net.node import P2PNode
-from p2prl.node.startup import build_context
+from p2prl.node.settings import TrainerSettings
+from p2prl.node.startup import build_runtime
 from p2prl.node.trainer import Trainer
 from p2prl.proof.validate import BatchVerdict, GroupVerdict, to_verdict
 from p2prl.protocol import encode_message
@@ -24,15 +26,15 @@ from p2prl.store import BlobStore
 @pytest.mark.slow
 def test_stalled_miner_does_not_hold_up_other_batches(make_net, tmp_path) -> None:
     net = make_net()
-    ctx = build_context(net.config("trainer"))
-    trainer = Trainer(ctx)
+    rt = build_runtime(net.config("trainer"))
+    trainer = Trainer(rt.env(TrainerSettings))
     hosts = []
     try:
-        trainer.start()
+        rt.start(trainer)
         for name in ("validator", "miner1"):  # the validator's and the miner's real keys and hosts
-            h = P2PNode(net.ids[name], ctx.network_id, BlobStore(tmp_path / f"{name}-host"))
+            h = P2PNode(net.ids[name], rt.genesis.network_id, BlobStore(tmp_path / f"{name}-host"))
             h.start()
-            h.connect(ctx.net.addrs[0])
+            h.connect(rt.net.addrs[0])
             hosts.append(h)
         validator, miner = hosts
         # A: its miner stopped serving, and no validator kept it. B: the validator holds it.
@@ -44,26 +46,26 @@ def test_stalled_miner_does_not_hold_up_other_batches(make_net, tmp_path) -> Non
         accept = BatchVerdict([GroupVerdict(i, True, VerdictReason.OK) for i in range(2)], [], False)
         first_b = None
         deadline = time.monotonic() + 40
-        while not ctx.store.has(refs[1].id) and time.monotonic() < deadline:
+        while not rt.store.has(refs[1].id) and time.monotonic() < deadline:
             for ann in anns:  # A first, then B; re-signed each round until the mesh carries them
-                raw = encode_message(miner.identity, ctx.network_id, ann)
-                miner.publish(ctx.topic("rollouts"), raw)
+                raw = encode_message(miner.identity, rt.genesis.network_id, ann)
+                miner.publish(topic(rt.genesis.network_id, "rollouts"), raw)
                 time.sleep(0.3)
                 v = replace(
                     to_verdict(accept, ann, miner.identity.public_key),
                     announcement=hashlib.sha256(raw).hexdigest(),  # the verdict binds this envelope
                 )
                 validator.publish(
-                    ctx.topic("verdicts"), encode_message(validator.identity, ctx.network_id, v)
+                    topic(rt.genesis.network_id, "verdicts"), encode_message(validator.identity, rt.genesis.network_id, v)
                 )
                 time.sleep(0.3)
-            if first_b is None and ctx.status.snapshot()["counters"].get("verdicts_received", 0) >= 2:
+            if first_b is None and rt.status.snapshot()["counters"].get("verdicts_received", 0) >= 2:
                 first_b = time.monotonic()
-        assert ctx.store.has(refs[1].id), "B never fetched"
+        assert rt.store.has(refs[1].id), "B never fetched"
         assert first_b is not None and time.monotonic() - first_b < 12, "B waited behind A's stalled fetch"
     finally:
-        ctx.stop.set()
-        ctx.join(30)
+        rt.stop.set()
+        rt.join(30)
         for h in hosts:
             h.stop()
-        ctx.net.stop()
+        rt.net.stop()

@@ -17,6 +17,7 @@ from localnet import LocalHost, LocalHub
 from p2prl.crypto.keys import Identity
 from p2prl.net.topics import topic
 from p2prl.node.netinit import NetworkSpec, genesis_from_spec
+from p2prl.node.settings import TrainerSettings
 from p2prl.node.trainer_intake import RolloutIntake
 from p2prl.proof.batch import GroupRecord, RolloutBatch, RolloutRecord, commitment_root, encode_batch
 from p2prl.proof.validate import BatchVerdict, GroupVerdict, to_verdict
@@ -34,12 +35,12 @@ class World:
     def __init__(self, tmp: Path) -> None:
         spec = NetworkSpec(network_id=NET, validators=[VALIDATOR.public_hex])
         self.hub = LocalHub(genesis_from_spec(spec, TRAINER, MODEL))
-        self.ctx = self.hub.context("trainer", TRAINER, tmp / "trainer")
+        self.rt = self.hub.runtime("trainer", TRAINER, tmp / "trainer")
         self.miner = self.hub.join(MINER, BlobStore(tmp / "miner"))
         self.validator = self.hub.join(VALIDATOR, BlobStore(tmp / "validator"))
         self.forger = self.hub.join(FORGER, BlobStore(tmp / "forger"))
         self.buffer = ReplayBuffer(max_staleness=2)
-        self.intake = RolloutIntake(self.ctx, self.buffer, threading.Lock(), lambda: 0)
+        self.intake = RolloutIntake(self.rt.env(TrainerSettings), self.buffer, threading.Lock(), lambda: 0)
 
     def announce(self, seed: int) -> tuple[RolloutAnnouncement, str]:
         """A two-group batch served by the miner, announced; (announcement, envelope digest)."""
@@ -78,17 +79,17 @@ class World:
     def pump(self) -> None:
         """What the node's pump does with the trainer's handlers."""
         handlers = {"rollout_announcement": self.intake.on_announcement, "verdict": self.intake.on_verdict}
-        for item in self.ctx.net.poll(timeout=0.1):
+        for item in self.rt.net.poll(timeout=0.1):
             handlers[item.envelope.type](item)
 
     def consume(self, timeout: float = 10.0) -> None:
         """Run one fetch thread until the buffer has something (or ``timeout``)."""
-        self.ctx.spawn("fetch", self.intake.run)
+        self.rt.spawn("fetch", self.intake.run)
         deadline = time.monotonic() + timeout
         while not len(self.buffer) and time.monotonic() < deadline:
             time.sleep(0.05)
-        self.ctx.stop.set()
-        self.ctx.join(5)
+        self.rt.stop.set()
+        self.rt.join(5)
 
 
 def test_accepted_groups_reach_the_buffer_and_forged_verdicts_do_not(tmp_path: Path) -> None:
@@ -97,14 +98,14 @@ def test_accepted_groups_reach_the_buffer_and_forged_verdicts_do_not(tmp_path: P
     w.judge(w.forger, FORGER, ann, digest, R.OK, R.OK)  # a key that is no genesis validator accepts both
     w.judge(w.validator, VALIDATOR, ann, digest, R.OK, R.STALE)  # the validator accepts group 0 only
     w.pump()
-    assert w.ctx.net.stats().get("dropped.unknown_signer") == 1  # the forger's verdict never arrived
+    assert w.rt.net.stats().get("dropped.unknown_signer") == 1  # the forger's verdict never arrived
     w.consume()
     assert len(w.buffer) == 1
     (group,) = w.buffer.sample(0, 1)
     assert group.miner == MINER.public_hex and [r.reward for r in group.rollouts] == [0.0, 1.0]
-    counters = w.ctx.status.snapshot()["counters"]
+    counters = w.rt.status.snapshot()["counters"]
     assert counters["groups_consumed"] == 1 and counters["verdicts_received"] == 1
-    assert w.ctx.store.has(ann.blob.id)  # fetched through the port into the trainer's store
+    assert w.rt.store.has(ann.blob.id)  # fetched through the port into the trainer's store
 
 
 def test_a_hard_failure_vetoes_the_blob(tmp_path: Path) -> None:
@@ -114,5 +115,5 @@ def test_a_hard_failure_vetoes_the_blob(tmp_path: Path) -> None:
     w.pump()
     assert w.intake.fetch_q.empty()
     w.consume(timeout=1.0)
-    assert len(w.buffer) == 0 and not w.ctx.store.has(ann.blob.id)
-    assert w.ctx.status.snapshot()["counters"]["verdict_vetoes"] == 1
+    assert len(w.buffer) == 0 and not w.rt.store.has(ann.blob.id)
+    assert w.rt.status.snapshot()["counters"]["verdict_vetoes"] == 1
