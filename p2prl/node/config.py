@@ -19,6 +19,7 @@ from p2prl.protocol import is_hex
 
 ROLES = ("trainer", "miner", "validator")
 ENV_PREFIX = "P2PRL_"
+Setting = bool | int | float | str | Path | list[str]  # a coerced value of one NodeConfig field
 
 
 class ConfigError(ValueError):
@@ -250,8 +251,9 @@ def _field_kind(name: str) -> type:
     return type(value)
 
 
-def coerce(name: str, value: Any, *, from_text: bool = False) -> Any:
+def coerce(name: str, value: Any, *, from_text: bool = False) -> Setting:
     """Convert ``value`` to the type of setting ``name``; text (env) is parsed, TOML values are checked."""
+    # value is Any: raw TOML, text or a flag, narrowed by the checks below before int()/float() parse it
     if name not in FIELDS:
         raise ConfigError(f"unknown setting {name!r}")
     kind = _field_kind(name)
@@ -293,8 +295,8 @@ def coerce(name: str, value: Any, *, from_text: bool = False) -> Any:
         raise ConfigError(f"{name}: cannot parse {value!r} ({e})") from e
 
 
-def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _flatten(table: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
     for k, v in table.items():
         key = f"{prefix}{k}".replace("-", "_")
         if isinstance(v, dict):
@@ -304,7 +306,7 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def from_toml(path: Path) -> dict[str, Any]:
+def from_toml(path: Path) -> dict[str, Setting]:
     """Settings from a TOML file, checked and typed."""
     try:
         data = tomllib.loads(Path(path).read_text())
@@ -313,9 +315,9 @@ def from_toml(path: Path) -> dict[str, Any]:
     return {k: coerce(k, v) for k, v in _flatten(data).items()}
 
 
-def from_env(env: Mapping[str, str]) -> dict[str, Any]:
+def from_env(env: Mapping[str, str]) -> dict[str, Setting]:
     """Settings from ``P2PRL_<NAME>`` variables; other P2PRL_ variables (e.g. LOG_LEVEL) are ignored."""
-    out: dict[str, Any] = {}
+    out: dict[str, Setting] = {}
     for name in FIELDS:
         key = ENV_PREFIX + name.upper()
         if key in env:
@@ -327,11 +329,11 @@ def load_config(
     *,
     config_file: Path | None = None,
     env: Mapping[str, str] | None = None,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, object] | None = None,
 ) -> NodeConfig:
     """Defaults < TOML file < environment < explicit overrides (flags; ``None`` means not given)."""
     env = os.environ if env is None else env
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {}  # Any: each value has its own field's type, which no dict type can say
     if config_file is None and env.get(ENV_PREFIX + "CONFIG"):
         config_file = Path(env[ENV_PREFIX + "CONFIG"])
     if config_file is not None:

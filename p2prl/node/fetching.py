@@ -15,8 +15,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
+from p2prl.node.port import RolePort
 from p2prl.protocol import BlobRef
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ LOG_EVERY_S = 10.0
 
 
 def fetch_while_progressing(
-    net: Any,
+    net: RolePort,
     ref: BlobRef,
     timeout: float,
     label: str,

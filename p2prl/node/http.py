@@ -24,14 +24,20 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from p2prl.atomicfile import write_atomic
 from p2prl.node.status import NodeStatus, make_registry
 
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
 log = logging.getLogger(__name__)
 PORT_FILE = "status.port"
 LOCAL = frozenset({"127.0.0.1", "::1"})
+# socketserver's request (a TCP server's is always the socket) and client address ((host, port, …))
+Request = socket.socket | tuple[bytes, socket.socket]
+Address = tuple[str, int] | tuple[str, int, int, int]
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -44,7 +50,7 @@ class _DeadlineReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b: Any) -> int:
+    def readinto(self, b: WriteableBuffer) -> int:
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("request head too slow")
@@ -59,7 +65,12 @@ class _BoundedHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(
-        self, addr: tuple[str, int], handler: Any, max_clients: int, local_slots: int, per_ip: int
+        self,
+        addr: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        max_clients: int,
+        local_slots: int,
+        per_ip: int,
     ) -> None:
         super().__init__(addr, handler)
         self.max_clients, self.local_slots, self.per_ip = max_clients, local_slots, per_ip
@@ -85,7 +96,7 @@ class _BoundedHTTPServer(ThreadingHTTPServer):
             if n > 0:
                 self._by_ip[ip] = n
 
-    def process_request(self, request: Any, client_address: Any) -> None:
+    def process_request(self, request: Request, client_address: Address) -> None:
         ip = str(client_address[0])
         if not self._admit(ip):
             self.shutdown_request(request)
@@ -96,7 +107,7 @@ class _BoundedHTTPServer(ThreadingHTTPServer):
             self._release(ip)
             raise
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def process_request_thread(self, request: Request, client_address: Address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
@@ -149,7 +160,7 @@ class StatusServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: Any) -> None:
+            def log_message(self, format: str, *args: object) -> None:
                 log.debug("status %s", format % args)
 
         self._server = _BoundedHTTPServer((host, port), Handler, max_clients, local_slots, per_ip)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
 
 from p2prl.lru import LRU
 from p2prl.protocol import RolloutAnnouncement, Verdict
@@ -153,5 +152,5 @@ class Intake:
     def _decide(self, key: Key, vetoed: bool) -> None:
         self.done[key] = vetoed or self.done.get(key, False)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, int]:
         return {"held": len(self.held), "signers": len(self.by_signer), "pending": len(self.pending)}

@@ -22,9 +22,11 @@ from __future__ import annotations
 import time
 from collections import OrderedDict, deque
 from collections.abc import Collection
-from typing import Any
+from typing import Protocol
 
+from p2prl.crypto import Envelope
 from p2prl.lru import LRU
+from p2prl.protocol import RolloutAnnouncement
 from p2prl.reasons import NodeDrop
 
 PER_SIGNER = 8  # announcements queued per signer
@@ -40,7 +42,18 @@ GOOD, NEW, PENALIZED = 0, 1, 2
 Key = tuple[str, str]  # (signer hex, blob id)
 
 
-def key_of(item: Any) -> Key:
+class Announcement(Protocol):
+    """A queued item: a gossip ``p2prl.net.Incoming`` from the rollouts topic, so its ``message`` is a
+    RolloutAnnouncement (Incoming leaves its body untyped: one class carries every topic's)."""
+
+    @property
+    def envelope(self) -> Envelope: ...
+
+    @property
+    def message(self) -> RolloutAnnouncement: ...
+
+
+def key_of(item: Announcement) -> Key:
     return item.envelope.signer_hex, item.message.blob.id
 
 
@@ -104,7 +117,9 @@ class JudgeQueue:
         self.total = total
         self.wait_s = wait_s
         self.judged = Judged(max_staleness)
-        self._queues: list[OrderedDict[str, deque[tuple[float, Any]]]] = [OrderedDict() for _ in range(3)]
+        self._queues: list[OrderedDict[str, deque[tuple[float, Announcement]]]] = [
+            OrderedDict() for _ in range(3)
+        ]
         self._n = 0
         self.evicted = 0  # queued announcements dropped to make room for better-standing ones
         self._negative: LRU[Key, float] = LRU(NEGATIVE_MAX)
@@ -119,7 +134,7 @@ class JudgeQueue:
             return PENALIZED
         return GOOD if signer in self._good else NEW
 
-    def offer(self, item: Any, now: float | None = None) -> NodeDrop | None:
+    def offer(self, item: Announcement, now: float | None = None) -> NodeDrop | None:
         """Queue an announcement; returns a reason code when it is dropped instead."""
         now = time.monotonic() if now is None else now
         key = key_of(item)
@@ -142,7 +157,7 @@ class JudgeQueue:
         self._n += 1
         return None
 
-    def _find(self, signer: str) -> deque[tuple[float, Any]] | None:
+    def _find(self, signer: str) -> deque[tuple[float, Announcement]] | None:
         for cls in self._queues:
             if signer in cls:
                 return cls[signer]
@@ -164,7 +179,7 @@ class JudgeQueue:
 
     def next(
         self, current: int, now: float | None = None, classes: int = 3, skip: Collection[str] = ()
-    ) -> Any:
+    ) -> Announcement | None:
         """The next announcement to judge: best class first, round-robin over signers within it.
 
         Announcements for a version we do not hold yet wait (up to ``wait_s``) without blocking
@@ -189,7 +204,7 @@ class JudgeQueue:
         return None
 
     # -- outcomes --------------------------------------------------------------------------------
-    def judged_ok(self, item: Any, accepted: bool, hard_failure: bool) -> None:
+    def judged_ok(self, item: Announcement, accepted: bool, hard_failure: bool) -> None:
         """Record a judgement: standing rises with an accepted batch and falls with a hard failure."""
         key = key_of(item)
         keep = not hard_failure and (accepted or key[0] in self._good)
@@ -202,7 +217,7 @@ class JudgeQueue:
             self._good.put(key[0], None)
         self._restand(key[0])
 
-    def unfetchable(self, item: Any, now: float | None = None) -> None:
+    def unfetchable(self, item: Announcement, now: float | None = None) -> None:
         """The blob could not be fetched: a negative-cache entry and a strike against its signer."""
         key = key_of(item)
         self._negative.put(key, time.monotonic() if now is None else now)

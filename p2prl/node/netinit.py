@@ -11,9 +11,9 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-from p2prl.crypto import KeyFileError, load_identity, load_or_create_identity
+from p2prl.crypto import Identity, KeyFileError, load_identity, load_or_create_identity
 from p2prl.node.assets import MODEL_FILES_ASSET, TASK_DATA_ASSET, asset_for, task_data_asset
 from p2prl.node.genesis import SignedGenesis, make_genesis, write_genesis
 from p2prl.protocol import (
@@ -29,7 +29,28 @@ from p2prl.protocol import (
 )
 from p2prl.rl import pin_task_params
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 FLAGGED_SECTIONS: tuple[type, ...] = (PromptSpec, TaskSpec, GenerationSpec, PatchSpec, S3Spec)
+SectionT = TypeVar("SectionT", bound="DataclassInstance")
+
+
+class SpecValues(Protocol):
+    """A :data:`NetworkSpec` as this module reads it: a dataclass (``dataclasses.replace``) whose
+    fields named here are read directly; the other flagged fields only through :func:`section_of`.
+    NetworkSpec is made at import time, so no static type can name all of its fields."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+    network_id: str
+    model: Path | None
+    validators: list[str]
+    bootstrap: list[str]
+    max_staleness: int
+    task: str
+    task_params: dict[str, Any]  # TaskSpec.params: a task's own JSON values, checked by the task
+    chunk_size: int
+    s3_bucket: str
 
 
 @dataclass
@@ -54,7 +75,8 @@ def spec_name(f: dataclasses.Field[Any]) -> str:
     return str(f.metadata.get("flag", f.name)).replace("-", "_")
 
 
-def _spec_field(f: dataclasses.Field[Any], hint: Any) -> tuple[str, Any, Any]:
+def _spec_field(f: dataclasses.Field[Any], hint: object) -> tuple[str, object, object]:
+    """(name, type hint, ``field()``) of the NetworkSpec field for section field ``f``."""
     scale = f.metadata.get("scale")
     name = spec_name(f)
     if name == "task_param":
@@ -66,7 +88,7 @@ def _spec_field(f: dataclasses.Field[Any], hint: Any) -> tuple[str, Any, Any]:
 
 
 def _make_spec() -> type:
-    fields_: list[tuple[str, Any, Any]] = []
+    fields_: list[tuple[str, object, object]] = []
     for f in dataclasses.fields(_TopLevel):
         fields_.append((f.name, typing.get_type_hints(_TopLevel)[f.name], f))
     for sec in FLAGGED_SECTIONS:
@@ -76,12 +98,12 @@ def _make_spec() -> type:
 
 
 _SPEC_DOC = "What the trainer chooses when founding a network (all of it is signed into genesis)."
-NetworkSpec: Any = _make_spec()
+NetworkSpec: type = _make_spec()
 
 
-def section_of(spec: Any, cls: type, **fixed: Any) -> Any:
+def section_of(spec: SpecValues, cls: type[SectionT], **fixed: object) -> SectionT:
     """Section ``cls`` from a NetworkSpec's flagged values (scaled ones back to integers) and ``fixed``."""
-    kw = dict(fixed)
+    kw: dict[str, object] = dict(fixed)
     for f in dataclasses.fields(cls):
         if "flag" not in f.metadata:
             continue
@@ -130,7 +152,7 @@ def check_bootstrap(addr: str) -> str:
     return addr.strip()
 
 
-def spec_warnings(spec: Any) -> list[str]:
+def spec_warnings(spec: SpecValues) -> list[str]:
     """What is legal in a genesis but probably not meant (the genesis cannot be changed later)."""
     out = []
     if not spec.validators:
@@ -162,10 +184,10 @@ def base_model_info(model_cache: Path) -> ModelSpec:
 
 
 def genesis_from_spec(
-    spec: Any,
-    trainer: Any,
+    spec: SpecValues,
+    trainer: Identity,
     model: ModelSpec,
-    s3: S3Spec | dict[str, Any] | None = None,
+    s3: S3Spec | dict[str, str] | None = None,
     stop_token_ids: tuple[int, ...] = (),
     assets: tuple[AssetSpec, ...] = (),
 ) -> SignedGenesis:
@@ -194,7 +216,9 @@ def _task_data_id(assets: tuple[AssetSpec, ...]) -> str:
     return next((a.id for a in assets if a.name == TASK_DATA_ASSET), "")
 
 
-def describe_model(spec: Any, model_cache: Path) -> tuple[ModelSpec, tuple[int, ...], tuple[AssetSpec, ...]]:
+def describe_model(
+    spec: SpecValues, model_cache: Path
+) -> tuple[ModelSpec, tuple[int, ...], tuple[AssetSpec, ...]]:
     """The genesis model section, stop ids and assets for ``spec`` (its ``--model`` directory, else the
     built-in model), after checking the prompt format works with the tokenizer (callers check the task).
     A directory's non-weight files become the ``model_files`` asset a joining node fetches, a
@@ -216,7 +240,7 @@ def describe_model(spec: Any, model_cache: Path) -> tuple[ModelSpec, tuple[int, 
     return model, stops, assets + ((data,) if data is not None else ())
 
 
-def init_network(spec: Any, *, key_path: Path, model_cache: Path, out: Path) -> SignedGenesis:
+def init_network(spec: SpecValues, *, key_path: Path, model_cache: Path, out: Path) -> SignedGenesis:
     """Check everything first (task, model directory, prompt format), then create the trainer key if
     needed, sign and write the genesis file: a failed check writes nothing."""
     # a data-backed task's file hash is pinned here (an unknown task or bad params fail first)

@@ -11,11 +11,15 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from p2prl.lru import LRU
 from p2prl.node.metrics import METRICS, Kind, declared
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import Metric
 
 log = logging.getLogger(__name__)
 
@@ -24,13 +28,55 @@ MAX_REWARD_SERIES = 2048  # versions kept in the reward series (its first versio
 MAX_LABELS = 64  # distinct reasons / miners kept in labelled counters
 
 
+class Info(TypedDict, total=False):
+    """The named facts roles report with :meth:`NodeStatus.set` (the first eleven are always there)."""
+
+    role: str
+    key: str
+    network_id: str
+    peer_id: str
+    addrs: list[str]
+    version: int
+    weights_hash: str
+    trainer_version: int
+    sync_state: str
+    peers: int
+    buffer_groups: int
+    paused: bool
+    task: str
+    task_source: str  # module:class of the task plugin
+    engine: str
+    engine_weights_hash: str
+    weights_sha256: str
+    sha256_by_version: dict[str, str]
+
+
+class RewardPoint(TypedDict):
+    mean: float
+    count: int
+
+
+class Snapshot(Info):
+    """``GET /status``: the facts, then the numbers (the same ones the metrics serve)."""
+
+    lag: int
+    uptime_s: float
+    counters: dict[str, int]
+    labelled: dict[str, dict[str, int]]
+    gauges: dict[str, float]
+    scores: dict[str, int]
+    reward_by_version: dict[str, RewardPoint]
+    hashes: dict[str, str]
+    transfers: dict[str, dict[str, int]]
+
+
 class NodeStatus:
     """Everything a node reports about itself; every method is safe to call from any thread."""
 
     def __init__(self, role: str, key: str, network_id: str) -> None:
         self._lock = threading.Lock()
         self.started = time.time()
-        self._info: dict[str, Any] = {
+        self._info: Info = {
             "role": role,
             "key": key,
             "network_id": network_id,
@@ -52,7 +98,7 @@ class NodeStatus:
         self._transfers: dict[str, dict[str, int]] = {}
 
     # -- writers ---------------------------------------------------------
-    def set(self, **kw: Any) -> None:
+    def set(self, **kw: Unpack[Info]) -> None:
         with self._lock:
             self._info.update(kw)
 
@@ -126,31 +172,34 @@ class NodeStatus:
                 self._transfers[blob_id] = {"done": int(done), "total": int(total)}
 
     # -- readers ---------------------------------------------------------
-    def get(self, name: str, default: Any = None) -> Any:
+    def get(self, name: str, default: Any = None) -> Any:  # Any: an Info value or a counter, by name
         with self._lock:
-            if name in self._info:
-                return self._info[name]
+            info: Mapping[str, object] = self._info
+            if name in info:
+                return info[name]
             return self._counters.get(name, default)
 
     def counter(self, name: str) -> int:
         with self._lock:
             return self._counters.get(name, 0)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> Snapshot:
         with self._lock:
-            out = dict(self._info)
-            out["lag"] = max(0, int(out["trainer_version"]) - int(out["version"]))
-            out["uptime_s"] = round(time.time() - self.started, 1)
-            out["counters"] = dict(self._counters)
-            out["labelled"] = {k: dict(v) for k, v in self._labelled.items()}
-            out["gauges"] = dict(self._gauges)
-            out["scores"] = dict(self._scores)
-            out["reward_by_version"] = {
-                str(v): {"mean": s[0] / s[1], "count": s[1]} for v, s in self._reward.items()
+            info = self._info
+            return {
+                **info,
+                "lag": max(0, int(info["trainer_version"]) - int(info["version"])),
+                "uptime_s": round(time.time() - self.started, 1),
+                "counters": dict(self._counters),
+                "labelled": {k: dict(v) for k, v in self._labelled.items()},
+                "gauges": dict(self._gauges),
+                "scores": dict(self._scores),
+                "reward_by_version": {
+                    str(v): {"mean": s[0] / s[1], "count": int(s[1])} for v, s in self._reward.items()
+                },
+                "hashes": {str(v): h for v, h in self._hashes.items()},
+                "transfers": {k: dict(v) for k, v in self._transfers.items()},
             }
-            out["hashes"] = {str(v): h for v, h in self._hashes.items()}
-            out["transfers"] = {k: dict(v) for k, v in self._transfers.items()}
-            return out
 
 
 class StatusCollector:
@@ -159,7 +208,7 @@ class StatusCollector:
     def __init__(self, status: NodeStatus) -> None:
         self.status = status
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         s = self.status.snapshot()
@@ -201,7 +250,7 @@ class StatusCollector:
         yield rw
 
 
-def make_registry(status: NodeStatus) -> Any:
+def make_registry(status: NodeStatus) -> CollectorRegistry:
     from prometheus_client import CollectorRegistry
 
     reg = CollectorRegistry(auto_describe=False)

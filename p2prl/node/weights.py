@@ -19,6 +19,7 @@ import torch
 
 from p2prl.atomicfile import write_atomic
 from p2prl.patch import weights_hash, weights_sha256
+from p2prl.protocol import Genesis, ModelSpec
 from p2prl.rl import (
     ModelDirError,
     build_default_model,
@@ -53,7 +54,7 @@ def sha256_of_state(state: State) -> str:
 
 
 def model_dir_for(
-    spec: Any, model_dir: Path | None, cache_dir: Path, fetch: Callable[[Path], Path] | None = None
+    spec: ModelSpec, model_dir: Path | None, cache_dir: Path, fetch: Callable[[Path], Path] | None = None
 ) -> Path:
     """Where the genesis model's files are: the built-in model (built once), the operator's
     ``--model`` copy, or the files fetched into the cache (now, by ``fetch(target)``, if missing).
@@ -70,12 +71,12 @@ def model_dir_for(
     raise FileNotFoundError(f"the genesis model {spec.name!r} is not on this machine: pass --model DIR")
 
 
-def fetched_model_dir(spec: Any, cache_dir: Path) -> Path:
+def fetched_model_dir(spec: ModelSpec, cache_dir: Path) -> Path:
     """The cache directory a model fetched from the network lives in (named by its files hash)."""
     return Path(cache_dir) / f"{spec.name}-{spec.files_sha256[:16]}"
 
 
-def verify_model_files(directory: Path, spec: Any, weights: bool = True) -> None:
+def verify_model_files(directory: Path, spec: ModelSpec, weights: bool = True) -> None:
     """The directory's config and tokenizer must hash to the genesis' (a one-line error names which)."""
     check_files(directory, weights)
     for part, got, want in (
@@ -87,14 +88,14 @@ def verify_model_files(directory: Path, spec: Any, weights: bool = True) -> None
 
 
 def load_base_model(
-    g: Any,
+    g: Genesis,
     cache_dir: Path,
     model_dir: Path | None = None,
     device: str = "cpu",
     strict: bool = True,
     fetch: Callable[[Path], Path] | None = None,
     share: bool = False,
-) -> tuple[Any, Any, State, str]:
+) -> tuple[torch.nn.Module, Any, State, str]:  # Any: rl's TextTokenizer, not exported by p2prl.rl
     """The genesis base model on ``device``, its prompt-formatting tokenizer, its bf16 CPU state and
     that state's weights hash. Config and tokenizer must match the genesis; so must the weights when
     ``strict`` (a miner may instead start unverified and sync from an anchor, as one does whose
