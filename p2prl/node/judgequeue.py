@@ -22,10 +22,9 @@ from __future__ import annotations
 import time
 from collections import OrderedDict, deque
 from collections.abc import Collection
-from typing import Protocol
 
-from p2prl.crypto import Envelope
 from p2prl.lru import LRU
+from p2prl.net import Incoming
 from p2prl.protocol import RolloutAnnouncement
 from p2prl.reasons import NodeDrop
 
@@ -42,15 +41,7 @@ GOOD, NEW, PENALIZED = 0, 1, 2
 Key = tuple[str, str]  # (signer hex, blob id)
 
 
-class Announcement(Protocol):
-    """A queued item: a gossip ``p2prl.net.Incoming`` from the rollouts topic, so its ``message`` is a
-    RolloutAnnouncement (Incoming leaves its body untyped: one class carries every topic's)."""
-
-    @property
-    def envelope(self) -> Envelope: ...
-
-    @property
-    def message(self) -> RolloutAnnouncement: ...
+Announcement = Incoming[RolloutAnnouncement]  # a queued item: gossip from the rollouts topic
 
 
 def key_of(item: Announcement) -> Key:
