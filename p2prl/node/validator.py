@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from p2prl.lru import LRU
-from p2prl.node.common import generation_params, group_size, groups_per_batch, open_synced_role, task_of
+from p2prl.node.common import generation_params, group_size, open_synced_role, task_of
 from p2prl.node.context import NodeContext
 from p2prl.node.judgequeue import JudgeQueue, key_of
 from p2prl.node.sync import WeightSync
@@ -125,15 +125,7 @@ class Validator:
         self.cache.add(start)
         self.sync = WeightSync(ctx, self.book, start, role.weights_dir, consecutive=True, live=role.live)
         gen = generation_params(ctx)
-        vcfg = ValidatorConfig(
-            max_staleness=int(ctx.g.max_staleness),
-            temperature=gen.temperature,
-            top_p=gen.top_p,
-            max_new_tokens=gen.max_new_tokens,
-            group_size=group_size(ctx),
-            groups_per_batch=groups_per_batch(ctx),
-            checked_per_group=ctx.config.checked_per_group,
-        )
+        vcfg = ValidatorConfig.from_genesis(ctx.g, checked_per_group=ctx.config.checked_per_group)
         task = task_of(ctx)  # built once: a data-backed task reads and hashes its file
         if ctx.config.calibrate_tolerances:
             vcfg = calibrated(self.engine.model, tok, task, gen, start.hash, vcfg)
