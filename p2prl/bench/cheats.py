@@ -22,6 +22,7 @@ from p2prl.bench.proof import (
     GROUP_SIZE,
     TOLERANCES,
     ModelSetup,
+    generation_spec,
     int8_round_trip,
     manifest_of,
     setups,
@@ -136,12 +137,7 @@ def run(
     mh = manifest_of(model)
     params = setup.params
     base = ValidatorConfig(
-        max_staleness=max(STALE_KS),
-        temperature=params.temperature,
-        top_p=params.top_p,
-        max_new_tokens=params.max_new_tokens,
-        group_size=GROUP_SIZE,
-        groups_per_batch=GROUPS_PER_BATCH,
+        generation=generation_spec(params, groups_per_batch=GROUPS_PER_BATCH), max_staleness=max(STALE_KS)
     )
     t0 = time.perf_counter()
     cfg, drift = calibrate(model, setup.tokenizer, setup.task, params, mh, base)

@@ -20,7 +20,7 @@ from p2prl.proof.calibrate import calibrate
 from p2prl.proof.fingerprint import SKETCH_DIM
 from p2prl.proof.miner import PreparedBatch, announce, mine_batch
 from p2prl.proof.validate import RolloutValidator, ValidatorConfig
-from p2prl.protocol import DEFAULT_MAX_STALENESS
+from p2prl.protocol import DEFAULT_MAX_STALENESS, GenerationSpec
 
 CASES = (
     "honest_b1",
@@ -94,6 +94,18 @@ def setups(cache_dir: Path, which: tuple[str, ...]) -> list[ModelSetup]:
             )
         )
     return out
+
+
+def generation_spec(params: Any, groups_per_batch: int = 8) -> GenerationSpec:
+    """The genesis generation section of a network whose miners sample with ``params``
+    (``GenerationParams``) in groups of ``GROUP_SIZE``: what the benchmark's validators hold them to."""
+    return GenerationSpec(
+        max_new_tokens=params.max_new_tokens,
+        temperature_milli=round(params.temperature * 1000),
+        top_p_milli=round(params.top_p * 1000),
+        group_size=GROUP_SIZE,
+        groups_per_batch=groups_per_batch,
+    )
 
 
 def manifest_of(model: Any) -> str:
@@ -225,11 +237,9 @@ def run_setup(
     res: dict[str, Any] = {"cases": {}, "details": {}}
     p = setup.params
     cfg = ValidatorConfig(
-        max_new_tokens=p.max_new_tokens,
-        temperature=p.temperature,
-        top_p=p.top_p,
-        group_size=GROUP_SIZE,
+        generation=generation_spec(p),
         max_staleness=DEFAULT_MAX_STALENESS,
+        fixed_group_count=False,  # the cases' batches hold as many groups as n_rollouts needs
         checked_per_group=checked_per_group,
         checked_tokens=0,  # exactly checked_per_group per group: what the benchmark measures
     )
@@ -483,14 +493,7 @@ def honest_acceptance(
         mh = manifest_of(setup.model)
         miner_model = copy.deepcopy(setup.model).to(miner_device)
         val_model = copy.deepcopy(setup.model).to(validator_device)
-        base = ValidatorConfig(
-            max_new_tokens=p.max_new_tokens,
-            temperature=p.temperature,
-            top_p=p.top_p,
-            group_size=GROUP_SIZE,
-            groups_per_batch=8,
-            checked_per_group=0,
-        )
+        base = ValidatorConfig(generation=generation_spec(p, groups_per_batch=8), checked_per_group=0)
         vllm_miner = None
         if engine == "vllm":
             vllm_miner = _vllm_miner(miner_model, setup.tokenizer, miner_device)

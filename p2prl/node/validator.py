@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 from p2prl.crypto import Identity
 from p2prl.lru import LRU
-from p2prl.net import Incoming
-from p2prl.node.common import generation_params, group_size, groups_per_batch, open_synced_role, task_of
+from p2prl.node.common import generation_params, group_size, open_synced_role, task_of
+from p2prl.node.judgequeue import Announcement as Announced
 from p2prl.node.judgequeue import JudgeQueue, key_of
 from p2prl.node.live import LiveWeights
 from p2prl.node.pump import Handlers
@@ -59,7 +59,6 @@ if TYPE_CHECKING:
     from p2prl.proof import BatchVerdict
     from p2prl.rl import GenerationParams, RolloutEngine, Task, Tokenizer
 
-Announced = Incoming[RolloutAnnouncement]
 
 
 class Fetch(Enum):
@@ -154,15 +153,7 @@ class Validator:
         self.cache.add(start)
         self.sync = WeightSync(env, self.book, start, role.weights_dir, consecutive=True, live=role.live)
         gen = generation_params(env)
-        vcfg = ValidatorConfig(
-            max_staleness=int(env.g.max_staleness),
-            temperature=gen.temperature,
-            top_p=gen.top_p,
-            max_new_tokens=gen.max_new_tokens,
-            group_size=group_size(env),
-            groups_per_batch=groups_per_batch(env),
-            checked_per_group=env.settings.checked_per_group,
-        )
+        vcfg = ValidatorConfig.from_genesis(env.g, checked_per_group=env.settings.checked_per_group)
         task = task_of(env)  # built once: a data-backed task reads and hashes its file
         if env.settings.calibrate_tolerances:
             vcfg = calibrated(self.engine.model, tok, task, gen, start.hash, vcfg)

@@ -60,8 +60,9 @@ def calibrate(
     ``lp_floor`` / ``lp_max_floor`` (0.05 / 0.5) bound the logprob errors left after the per-token bf16
     rounding allowance (``recompute.rounding_allowance``), gross lies only: what a lie below them can do
     is bounded by the trainer."""
-    n_prompts = n_prompts or min(base.groups_per_batch or 4, 16)
-    group_size = group_size or base.group_size or 8
+    gen = base.generation
+    n_prompts = n_prompts or (min(gen.groups_per_batch, 16) if base.fixed_group_count else 4)
+    group_size = group_size or gen.group_size
     loose = dataclasses.replace(
         base,
         fingerprint_tol=1.0,
@@ -69,7 +70,8 @@ def calibrate(
         logprob_tol_mean=1e9,
         logprob_tol_max=1e9,
         sampling_alpha=0.0,
-        groups_per_batch=None,  # its own batches of n_prompts groups
+        # its own batches: n_prompts groups of group_size
+        generation=dataclasses.replace(gen, group_size=group_size, groups_per_batch=n_prompts),
     )
     worst = {"fp_quantile": 0.0, "fp_rollout": 0.0, "lp_max": 0.0, "sampling_misses": 0.0, "sampling_dist": 0.0}
     # a whole batch in one engine call (as a miner makes it) and one row at a time, each judged the

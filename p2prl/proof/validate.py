@@ -32,7 +32,14 @@ from p2prl.proof.batch import (
 )
 from p2prl.proof.fingerprint import SKETCH_DIM
 from p2prl.proof.recompute import Job, fisher_log_pvalues, iter_rollout_stats
-from p2prl.protocol import DEFAULT_MAX_STALENESS, GroupVerdict, RolloutAnnouncement, Verdict
+from p2prl.protocol import (
+    DEFAULT_MAX_STALENESS,
+    GenerationSpec,
+    Genesis,
+    GroupVerdict,
+    RolloutAnnouncement,
+    Verdict,
+)
 from p2prl.reasons import HARD_FAILURES
 from p2prl.reasons import VerdictReason as R
 from p2prl.rl import derive_seed, sample_key, uniforms
@@ -40,15 +47,16 @@ from p2prl.rl import derive_seed, sample_key, uniforms
 
 @dataclass(frozen=True)
 class ValidatorConfig:
-    """Tolerances and bounds. The default tolerances suit engines whose honest drift is up to ~2.5% of
+    """The network's rules a batch is held to, as the genesis states them, and this validator's own
+    tolerances and bounds. The default tolerances suit engines whose honest drift is up to ~2.5% of
     the hidden state (the 24M configuration on CPU); a network sets its own with ``proof.calibrate``."""
 
-    max_staleness: int = DEFAULT_MAX_STALENESS
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 64
-    group_size: int | None = None  # rollouts per group; None accepts 1..limits.max_rollouts_per_group
-    groups_per_batch: int | None = None  # groups per batch (genesis); None accepts 1..limits.max_groups
+    # the genesis's: sampling settings, completion length, group size and groups per batch
+    generation: GenerationSpec
+    max_staleness: int = DEFAULT_MAX_STALENESS  # the genesis's
+    # off, a batch of any group count up to limits.max_groups passes (calibration and the tests judge
+    # batches of their own sizes); a network's validator holds every batch to generation.groups_per_batch
+    fixed_group_count: bool = True
     # a miner's batches for a version must use its prompt indices 0, 1, 2, ... in order, each batch
     # starting where the last one judged here ended: it cannot pick which of its prompts to answer
     contiguous_indices: bool = True
@@ -93,6 +101,11 @@ class ValidatorConfig:
     forward_tokens: int = 8192  # padded tokens per batched forward
     sketch_dim: int = SKETCH_DIM
     limits: BatchLimits = field(default_factory=BatchLimits)
+
+    @classmethod
+    def from_genesis(cls, g: Genesis, **local: Any) -> ValidatorConfig:
+        """The genesis's rules with this validator's ``local`` settings (tolerances, sampling)."""
+        return cls(generation=g.generation, max_staleness=g.max_staleness, **local)
 
 
 @dataclass
@@ -199,14 +212,14 @@ class RolloutValidator:
         versions: VersionSource,
         tokenizer: Any,
         task: Any,
-        config: ValidatorConfig | None = None,
+        config: ValidatorConfig,
         position_secret: bytes | None = None,
         started_at: int | None = None,
     ) -> None:
         self.versions = versions
         self.tokenizer = tokenizer
         self.task = task
-        self.config = config or ValidatorConfig()
+        self.config = config
         self.position_secret = position_secret if position_secret is not None else os.urandom(32)
         self.seen = SeenIndex(self.config.seen_capacity)
         # (version, miner, prompt index) already accepted: a miner earns each derived prompt once
@@ -232,7 +245,7 @@ class RolloutValidator:
         """Judge a batch whose signed announcement ``decode_message`` already verified."""
         ann, cfg = announcement, self.config
         n = ann.groups
-        if cfg.groups_per_batch is not None and n != cfg.groups_per_batch:  # signed: before any work
+        if cfg.fixed_group_count and n != cfg.generation.groups_per_batch:  # signed: before any work
             return reject_all(n, R.GROUP_COUNT, hard=True)
         if len(batch_bytes) != ann.blob.size or hashlib.sha256(batch_bytes).hexdigest() != ann.blob.id:
             return reject_all(n, R.BLOB_MISMATCH)
@@ -289,19 +302,18 @@ class RolloutValidator:
         return R.OK
 
     def _limits(self) -> BatchLimits:
-        lim = self.config.limits
+        cfg = self.config
+        lim, gen = cfg.limits, cfg.generation
         vocab = getattr(self.tokenizer, "vocab_size", lim.vocab_size)
         return BatchLimits(
-            max_groups=min(lim.max_groups, self.config.groups_per_batch or lim.max_groups),
-            max_rollouts_per_group=min(
-                lim.max_rollouts_per_group, self.config.group_size or lim.max_rollouts_per_group
-            ),
+            max_groups=min(lim.max_groups, gen.groups_per_batch) if cfg.fixed_group_count else lim.max_groups,
+            max_rollouts_per_group=min(lim.max_rollouts_per_group, gen.group_size),
             max_prompt_tokens=lim.max_prompt_tokens,
-            max_completion_tokens=min(lim.max_completion_tokens, self.config.max_new_tokens),
+            max_completion_tokens=min(lim.max_completion_tokens, gen.max_new_tokens),
             max_total_tokens=lim.max_total_tokens,
             max_decoded_bytes=lim.max_decoded_bytes,
             vocab_size=min(lim.vocab_size, vocab),
-            sketch_dim=self.config.sketch_dim,
+            sketch_dim=cfg.sketch_dim,
         )
 
     # -- per group: the phases, in order -------------------------------------------------------
@@ -337,7 +349,7 @@ class RolloutValidator:
                 reasons[gi] = R.DUPLICATE_INDEX
                 continue
             seen_idx.add(g.index)
-            if cfg.group_size is not None and len(g.rollouts) != cfg.group_size:
+            if len(g.rollouts) != cfg.generation.group_size:
                 reasons[gi] = R.GROUP_SIZE
                 continue
             problem = self.task.problem(derive_seed(batch.manifest_hash, batch.miner, g.index))
@@ -347,7 +359,7 @@ class RolloutValidator:
                 continue
             for r in g.rollouts:
                 ids = r.completion_ids.tolist()
-                if len(ids) > cfg.max_new_tokens or set(ids[:-1]) & set(self.tokenizer.stop_ids):
+                if len(ids) > cfg.generation.max_new_tokens or set(ids[:-1]) & set(self.tokenizer.stop_ids):
                     reasons[gi] = R.LENGTH
                     break
                 if self.task.reward(problem, self.tokenizer.decode(ids)) != r.reward:
@@ -580,8 +592,9 @@ class RolloutValidator:
             pos = self._positions(blob_id, gi, ri, len(r.completion_ids))
             u = uniforms(sample_key(batch.manifest_hash, batch.miner, g.index, ri), len(r.completion_ids))
             jobs.append(Job(g.prompt_ids, r.completion_ids, r.logprobs, r.sketches, pos, u))
+        gen = cfg.generation
         return iter_rollout_stats(
-            model, jobs, batch.manifest_hash, batch.sketch_dim, cfg.temperature, cfg.top_p, cfg.forward_tokens
+            model, jobs, batch.manifest_hash, batch.sketch_dim, gen.temperature, gen.top_p, cfg.forward_tokens
         )
 
 

@@ -9,6 +9,7 @@ import torch
 
 from p2prl.proof.miner import PreparedBatch, mine_batch
 from p2prl.proof.validate import RolloutValidator, ValidatorConfig
+from p2prl.protocol import GenerationSpec
 from p2prl.rl.engine import GenerationParams, HFEngine
 from p2prl.rl.tasks import get_task
 from p2prl.rl.tokenizer import CharTokenizer
@@ -17,8 +18,9 @@ MH = "ab" * 32  # the version's manifest hash (public randomness)
 VERSION = 3
 MINER = bytes(range(32))
 OTHER_MINER = bytes(range(1, 33))
-PARAMS = GenerationParams(max_new_tokens=8, temperature=1.0, seed=5)
 GROUP = 4
+GENERATION = GenerationSpec(max_new_tokens=8, group_size=GROUP)  # the network's: temperature and top-p 1
+PARAMS = GenerationParams(GENERATION.max_new_tokens, GENERATION.temperature, GENERATION.top_p, seed=5)
 
 
 def small_model(seed: int) -> Any:
@@ -71,9 +73,9 @@ def make_world() -> World:
     # every rollout recomputed: each test breaks one rollout and expects that check to see it; tests
     # pick prompt indices freely (the index-order rule has its own tests, which turn it on)
     cfg = ValidatorConfig(
-        max_new_tokens=PARAMS.max_new_tokens,
-        group_size=GROUP,
+        generation=GENERATION,
         max_staleness=2,
+        fixed_group_count=False,  # batches of any count (the genesis count has its own tests)
         checked_per_group=0,
         contiguous_indices=False,
     )

@@ -15,8 +15,10 @@ from proofkit import GROUP, MH, MINER, OTHER_MINER, VERSION, World
 from p2prl.proof import validate as V
 from p2prl.proof.batch import build_batch
 from p2prl.proof.miner import announce
-from p2prl.proof.validate import fisher_log_pvalue, to_verdict
+from p2prl.proof.validate import ValidatorConfig, fisher_log_pvalue, to_verdict
+from p2prl.protocol import Genesis
 from p2prl.protocol.blobs import blob_ref_for
+from p2prl.protocol.examples import examples
 from p2prl.protocol.messages import Verdict
 from p2prl.reasons import VerdictReason as R
 from p2prl.rl.engine import Sample, teacher_forced
@@ -313,7 +315,8 @@ def test_sampling_still_rejects_whole_forgeries_and_copies(world: World) -> None
 
 def _sized(world: World, **kw: Any) -> World:
     """The genesis batch shape enforced: 2 groups of GROUP rollouts, indices contiguous from 0."""
-    cfg = dataclasses.replace(world.config, groups_per_batch=2, contiguous_indices=True, **kw)
+    gen = dataclasses.replace(world.config.generation, groups_per_batch=2)
+    cfg = dataclasses.replace(world.config, generation=gen, fixed_group_count=True, contiguous_indices=True, **kw)
     return dataclasses.replace(world, config=cfg)
 
 
@@ -333,6 +336,23 @@ class _Forwards:
 
     def __exit__(self, *exc: Any) -> None:
         self._h.remove()
+
+
+def test_a_validator_built_from_the_genesis_holds_batches_to_its_rules(world: World) -> None:
+    """``from_genesis`` takes the batch shape, completion length, sampling and staleness bound from the
+    genesis itself: an honest batch of its shape passes, another group count or an older version not."""
+    g = next(e.message for e in examples() if isinstance(e.message, Genesis))
+    gen = dataclasses.replace(world.config.generation, groups_per_batch=2)
+    g = dataclasses.replace(g, generation=gen, max_staleness=1)
+    cfg = ValidatorConfig.from_genesis(g, checked_per_group=0, contiguous_indices=False)
+    assert (cfg.generation, cfg.max_staleness, cfg.fixed_group_count) == (gen, 1, True)
+    v = dataclasses.replace(world, config=cfg).validator()
+    p = world.mine(indices=(60, 61))
+    assert _reasons(v.check(p.announcement, MINER, p.blob, VERSION)) == {R.OK}
+    q = world.mine(indices=(62, 63, 64))
+    assert _reasons(v.check(q.announcement, MINER, q.blob, VERSION)) == {R.GROUP_COUNT}
+    r = world.mine(indices=(65, 66))
+    assert _reasons(v.check(r.announcement, MINER, r.blob, VERSION + 2)) == {R.STALE}
 
 
 def test_oversized_batch_costs_no_forward_pass(world: World) -> None:
