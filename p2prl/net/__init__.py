@@ -13,7 +13,7 @@ from p2prl.net.gossip import Incoming
 from p2prl.net.identity import peer_id_for, peer_id_of_public_key
 from p2prl.net.pacing import UploadPacer
 from p2prl.net.ports import free_port
-from p2prl.net.s3 import S3Config, public_read_policy
+from p2prl.net.s3 import S3Config, S3Mirror, public_read_policy
 from p2prl.net.topics import topic
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ __all__ = [
     "P2PNode",
     "RelayBounds",
     "S3Config",
+    "S3Mirror",
     "UploadPacer",
     "free_port",
     "peer_id_for",

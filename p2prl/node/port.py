@@ -7,11 +7,11 @@ real signed envelopes and the real gossip checks, without sockets (``tests/node/
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from p2prl.net import DialHost, Incoming
+from p2prl.net import DialHost, Incoming, S3Mirror
 from p2prl.protocol import BlobRef
 
 
@@ -19,7 +19,7 @@ from p2prl.protocol import BlobRef
 class RolePort(Protocol):
     """What the roles use: gossip out, blobs in (from peers, S3 last) and blobs served."""
 
-    s3: Any  # p2prl.net.s3.S3Mirror, or None: the mirror (a fallback for blobs and manifests)
+    s3: S3Mirror | None  # the mirror (a fallback for blobs and manifests)
 
     def publish(self, topic: str, envelope: bytes) -> None:
         """Gossip a signed envelope on ``topic``; raises if peers would refuse it."""
@@ -28,7 +28,7 @@ class RolePort(Protocol):
         self,
         ref: BlobRef,
         timeout: float = 300.0,
-        on_progress: Any = None,
+        on_progress: Callable[[int, int], object] | None = None,
         s3: bool = True,
         max_bytes: int | None = None,
         keep_partial: bool = True,

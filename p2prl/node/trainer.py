@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
 
 import torch
 
@@ -45,11 +45,11 @@ class Trainer:
         model, self.tok, base, _ = base_model(env, strict=True)
         publish_model_files(env)
         task_of(env)  # rewards come from miners, but a trainer on a task it cannot build stops here
-        gkw: dict[str, Any] = {"temperature": generation_params(env).temperature}
-        if cfg.lr > 0:
-            gkw["lr"] = cfg.lr
+        grpo_cfg = GRPOConfig(temperature=generation_params(env).temperature)
+        if cfg.lr > 0:  # 0: the RL default
+            grpo_cfg = replace(grpo_cfg, lr=cfg.lr)
         # under torchrun: rank 0's handle on the learner sharded over all ranks (p2prl.rl.distributed)
-        self.grpo = make_learner(model, GRPOConfig(**gkw), self.tok.pad_id)
+        self.grpo = make_learner(model, grpo_cfg, self.tok.pad_id)
         self.ckpt = self.dir / self.grpo.checkpoint_name
         patch = env.g.patch
         self.chain = ChainPublisher(

@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING
 from p2prl.crypto import Identity
 from p2prl.lru import LRU
 from p2prl.node.common import generation_params, group_size, open_synced_role, task_of
-from p2prl.node.judgequeue import Announcement as Announced
-from p2prl.node.judgequeue import JudgeQueue, key_of
+from p2prl.node.judgequeue import Announcement, JudgeQueue, key_of
 from p2prl.node.live import LiveWeights
 from p2prl.node.pump import Handlers
 from p2prl.node.role import RoleEnv
@@ -165,7 +164,7 @@ class Validator:
         self.jq_cond = threading.Condition()
         self.in_flight: set[str] = set()  # signers with a batch being fetched or judged (one each)
         self.scores = ScoreBook(env.settings.score_window)
-        self.ready: queue.Queue[tuple[Announced, bytes | None]] = queue.Queue(READY_MAX)
+        self.ready: queue.Queue[tuple[Announcement, bytes | None]] = queue.Queue(READY_MAX)
         self._last_scores = 0.0
         self.current = start
         env.status.set(
@@ -181,7 +180,7 @@ class Validator:
             self.env.status.set(weights_sha256=sha256_of_state(w.state))
 
     # -- pump thread ----------------------------------------------------------------------
-    def on_announcement(self, item: Announced) -> None:
+    def on_announcement(self, item: Announcement) -> None:
         with self.jq_cond:
             evicted = self.jq.evicted
             why = self.jq.offer(item)
@@ -235,7 +234,7 @@ class Validator:
                 except queue.Full:
                     continue
 
-    def _next(self, classes: int = 3) -> Announced | None:
+    def _next(self, classes: int = 3) -> Announcement | None:
         """The next announcement to judge (fair per signer; one whose version we hold or never will)."""
         with self.jq_cond:
             item = self.jq.next(self.current.version, classes=classes, skip=self.in_flight)
@@ -245,20 +244,20 @@ class Validator:
                 self.in_flight.add(key_of(item)[0])
             return item
 
-    def _done(self, item: Announced) -> None:
+    def _done(self, item: Announcement) -> None:
         """The signer's batch is judged: its next one may be fetched (one at a time, in order)."""
         with self.jq_cond:
             self.in_flight.discard(key_of(item)[0])
             self.jq_cond.notify_all()
 
-    def check(self, item: Announced, data: bytes | Fetch | None = Fetch.HERE) -> BatchVerdict | None:
+    def check(self, item: Announcement, data: bytes | Fetch | None = Fetch.HERE) -> BatchVerdict | None:
         """Judge ``item`` (see ``_check``), then let its signer's next batch be fetched."""
         try:
             return self._check(item, data)
         finally:
             self._done(item)
 
-    def _check(self, item: Announced, data: bytes | Fetch | None = Fetch.HERE) -> BatchVerdict | None:
+    def _check(self, item: Announcement, data: bytes | Fetch | None = Fetch.HERE) -> BatchVerdict | None:
         """Fetch the batch, judge it, publish the verdict; returns the BatchVerdict (None: a repeat).
 
         A (signer, blob) is judged once in the staleness window: the checker records each prompt
@@ -291,7 +290,7 @@ class Validator:
         self._record(ann, miner, bv, time.monotonic() - t0, judged=data is not None)
         return bv
 
-    def _fetch(self, item: Announced) -> bytes | None:
+    def _fetch(self, item: Announcement) -> bytes | None:
         """The blob's bytes, or None: a short probe first, the full fetch only if bytes arrived."""
         env, ann = self.env, item.message
         origin = item.origin

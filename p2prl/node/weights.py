@@ -13,7 +13,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -22,6 +21,7 @@ from p2prl.patch import weights_hash, weights_sha256
 from p2prl.protocol import Genesis, ModelSpec
 from p2prl.rl import (
     ModelDirError,
+    Tokenizer,
     build_default_model,
     check_files,
     clone_state,
@@ -95,7 +95,7 @@ def load_base_model(
     strict: bool = True,
     fetch: Callable[[Path], Path] | None = None,
     share: bool = False,
-) -> tuple[torch.nn.Module, Any, State, str]:  # Any: rl's TextTokenizer, not exported by p2prl.rl
+) -> tuple[torch.nn.Module, Tokenizer, State, str]:
     """The genesis base model on ``device``, its prompt-formatting tokenizer, its bf16 CPU state and
     that state's weights hash. Config and tokenizer must match the genesis; so must the weights when
     ``strict`` (a miner may instead start unverified and sync from an anchor, as one does whose
