@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from p2prl.node.context import NodeContext, NodeStartError
+from p2prl.node.live import LiveWeights
 from p2prl.node.weights import model_dir_for
 from p2prl.patch import weights_hash
 from p2prl.proof import forward_flat
@@ -62,13 +63,17 @@ class VLLMMinerEngine:
     name = "vllm"
 
     def __init__(
-        self, inner: Any, model: Any, live: Any = None, on_hash: Callable[[str], None] | None = None
+        self,
+        inner: Any,
+        model: Any,
+        live: LiveWeights | None = None,
+        on_hash: Callable[[str], None] | None = None,
     ) -> None:
         self.inner = inner
         self.on_hash = on_hash  # given: the engine's weights are read back and hashed after each switch
         self.model = model
         self.tokenizer = inner.tokenizer
-        self.live = live
+        self.live = live  # None: weights nobody patches (the proof benchmark's miner)
         if live is not None:
             live.track_changes()
 
@@ -106,7 +111,7 @@ class VLLMMinerEngine:
             self.on_hash(weights_hash(self.inner.read_state(state)))
 
 
-def open_engine(ctx: NodeContext, role: str, model: Any, tok: Any, live: Any) -> Any:
+def open_engine(ctx: NodeContext, role: str, model: Any, tok: Any, live: LiveWeights) -> Any:
     """The engine ``role`` generates with: vLLM only for a miner whose ``--engine`` settles on it."""
     cfg = ctx.config
     if role != "miner" or cfg.engine == "hf":
@@ -132,8 +137,8 @@ def open_engine(ctx: NodeContext, role: str, model: Any, tok: Any, live: Any) ->
     def on_hash(h: str) -> None:
         ctx.status.set(engine_weights_hash=h)
         ctx.status.incr("engine_weights_checked")
-        if live is not None and live.hash and h != live.hash:
+        if live.verified and h != live.hash:
             ctx.status.incr("engine_weights_mismatch")
-            log.error("vLLM holds weights %s, the version is %s", h[:12], live.hash[:12])
+            log.error("vLLM holds weights %.12s, the version is %.12s", h, live.hash)
 
     return VLLMMinerEngine(inner, model, live, on_hash if cfg.vllm_check_weights else None)

@@ -58,7 +58,7 @@ class Miner:
     def _activate(self, w: Weights) -> None:
         self.engine.load_state_dict(self.engine_state(w))
         self.active = w
-        self.ctx.status.set(version=w.version, weights_hash=w.hash)
+        self.ctx.status.set(version=w.version, weights_hash=w.status_hash)
         if self.ctx.config.report_weights_sha256:
             self.ctx.status.set(weights_sha256=sha256_of_state(w.state))
 
@@ -76,6 +76,7 @@ class Miner:
 
     def manifest_hash(self, w: Weights) -> str:
         """The public seed of a version: its manifest's result hash (version 0: the genesis base hash)."""
+        assert w.hash is not None, "run() generates only from verified weights"
         return w.hash
 
     # -- handlers (pump thread) -------------------------------------------------------
@@ -116,7 +117,7 @@ class Miner:
                 ctx.status.set(sync_state="waiting")
                 ctx.stop.wait(0.2)
                 continue
-            if not self.active.hash or target - self.active.version > max_stale:
+            if not self.active.verified or target - self.active.version > max_stale:
                 ctx.status.set(sync_state="behind")
                 ctx.stop.wait(0.5)  # too far behind to produce usable rollouts: wait for sync
                 continue

@@ -22,6 +22,7 @@ from p2prl.lru import LRU
 from p2prl.node.common import generation_params, group_size, groups_per_batch, open_synced_role, task_of
 from p2prl.node.context import NodeContext
 from p2prl.node.judgequeue import JudgeQueue, key_of
+from p2prl.node.live import LiveWeights
 from p2prl.node.sync import WeightSync
 from p2prl.node.weights import Weights, sha256_of_state
 from p2prl.proof import (
@@ -56,10 +57,10 @@ def position_secret(identity: Any) -> bytes:
 
 
 class VersionCache:
-    """The last few versions' weights, and which one is loaded in the engine's model. With ``live``
-    (node/live.py) they are one set of tensors, stepped to the version asked for."""
+    """The last few versions' weights, and which one is loaded in the engine's model: one set of
+    tensors (``live``, node/live.py), stepped to the version asked for."""
 
-    def __init__(self, engine: Any, keep: int, live: Any = None) -> None:
+    def __init__(self, engine: Any, keep: int, live: LiveWeights) -> None:
         self.engine = engine
         self.keep = keep
         self.live = live
@@ -79,9 +80,9 @@ class VersionCache:
         """The RolloutValidator's VersionSource: (manifest hash, model) with that version loaded."""
         with self._lock:
             w = self.states.get(version)
-        if w is None or not w.hash:
+        if w is None or not w.verified:
             return None
-        if self.live is not None and w.state is self.live.state:
+        if w.state is self.live.state:
             if not self.live.reachable(version):
                 return None
             self.live.goto(version)
@@ -136,7 +137,8 @@ class Validator:
         )
         task = task_of(ctx)  # built once: a data-backed task reads and hashes its file
         if ctx.config.calibrate_tolerances:
-            vcfg = calibrated(self.engine.model, tok, task, gen, start.hash, vcfg)
+            seed_hash = start.hash if start.verified else ""  # unverified: any seed calibrates
+            vcfg = calibrated(self.engine.model, tok, task, gen, seed_hash, vcfg)
         self.checker = RolloutValidator(
             self.cache.source, tok, task, vcfg, position_secret=position_secret(ctx.identity)
         )
@@ -149,7 +151,7 @@ class Validator:
         self._last_scores = 0.0
         self.current = start
         ctx.status.set(
-            version=start.version, weights_hash=start.hash
+            version=start.version, weights_hash=start.status_hash
         )
         self._report_sha(start)
         for k in PROOF_TOLERANCES:  # beside the largest errors seen (_record): how close honest miners come
