@@ -103,14 +103,14 @@ def load_start(
     and the base state (the tensors the role's weights live in).
 
     The base model must hash to genesis' ``model.weights_hash``; if this machine builds it
-    differently, it still starts from it as version 0 but marks it unverified (hash ""), so the
+    differently, it still starts from it as version 0 but unverified (``Weights.unverified``), so the
     first sync takes the slow path from an anchor instead of trusting a patch base it does not have.
     """
     # --model: must match
     model, tok, base, h = base_model(env, strict=env.settings.model.model is not None, share=share)
     saved = load_saved_weights(weights_dir)
     if saved is not None:
-        log.info("resuming from saved weights v%d (%s)", saved.version, saved.hash[:12])
+        log.info("resuming from saved weights v%d (%.12s)", saved.version, saved.hash)
         env.status.incr("restarts_resumed")
         return model, tok, saved, base
     if h != genesis_base_hash(env):
@@ -122,7 +122,7 @@ def load_start(
             genesis_base_hash(env)[:12],
         )
         env.status.incr_label("warnings", "base_hash_mismatch")
-        return model, tok, Weights(0, "", base), base
+        return model, tok, Weights.unverified(0, base), base
     return model, tok, Weights(0, h, base), base
 
 

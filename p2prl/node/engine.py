@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from p2prl.node.live import LiveWeights
 from p2prl.node.role import NodeStartError, RoleEnv
 from p2prl.node.settings import RoleSettings
 from p2prl.node.weights import model_dir_for
@@ -63,13 +64,17 @@ class VLLMMinerEngine:
     name = "vllm"
 
     def __init__(
-        self, inner: Any, model: Any, live: Any = None, on_hash: Callable[[str], None] | None = None
+        self,
+        inner: Any,
+        model: Any,
+        live: LiveWeights | None = None,
+        on_hash: Callable[[str], None] | None = None,
     ) -> None:
         self.inner = inner
         self.on_hash = on_hash  # given: the engine's weights are read back and hashed after each switch
         self.model = model
         self.tokenizer = inner.tokenizer
-        self.live = live
+        self.live = live  # None: weights nobody patches (the proof benchmark's miner)
         if live is not None:
             live.track_changes()
 
@@ -107,7 +112,7 @@ class VLLMMinerEngine:
             self.on_hash(weights_hash(self.inner.read_state(state)))
 
 
-def open_engine(env: RoleEnv[RoleSettings], role: str, model: Any, tok: Any, live: Any) -> Any:
+def open_engine(env: RoleEnv[RoleSettings], role: str, model: Any, tok: Any, live: LiveWeights) -> Any:
     """The engine ``role`` generates with: vLLM only for a miner whose ``--engine`` settles on it."""
     cfg = env.settings.model
     if role != "miner" or cfg.engine == "hf":
@@ -133,8 +138,8 @@ def open_engine(env: RoleEnv[RoleSettings], role: str, model: Any, tok: Any, liv
     def on_hash(h: str) -> None:
         env.status.set(engine_weights_hash=h)
         env.status.incr("engine_weights_checked")
-        if live is not None and live.hash and h != live.hash:
+        if live.verified and h != live.hash:
             env.status.incr("engine_weights_mismatch")
-            log.error("vLLM holds weights %s, the version is %s", h[:12], live.hash[:12])
+            log.error("vLLM holds weights %.12s, the version is %.12s", h, live.hash)
 
     return VLLMMinerEngine(inner, model, live, on_hash if cfg.vllm_check_weights else None)

@@ -48,9 +48,9 @@ class LiveWeights:
             _copy_into(state, start.state)
         self.keep = max(1, keep)
         self.head = self.loaded = start.version
-        self.hash = start.hash
+        self.hash: str | None = start.hash  # None: unverified (node/weights.py), never a patch base
         self._names = sorted_names(state)
-        self._hashes: dict[int, str] = {start.version: start.hash}
+        self._hashes: dict[int, str] = {} if start.hash is None else {start.version: start.hash}
         self._steps: OrderedDict[int, list[SegmentChange]] = OrderedDict()  # v: changes v-1 -> v
         self._changed: set[str] | None = None  # names written since take_changed() (when tracked)
 
@@ -67,9 +67,13 @@ class LiveWeights:
         out, self._changed = self._changed, set()
         return out
 
+    @property
+    def verified(self) -> bool:
+        return self.hash is not None
+
     def weights(self, version: int | None = None) -> Weights:
         v = self.head if version is None else version
-        return Weights(v, self._hashes.get(v, "") if v != self.head else self.hash, self.state)
+        return Weights(v, self._hashes.get(v) if v != self.head else self.hash, self.state)
 
     def reachable(self, version: int) -> bool:
         return self.head - len(self._steps) <= version <= self.head
@@ -100,10 +104,10 @@ class LiveWeights:
         return self.weights()
 
     def _apply_delta(self, m: PatchManifest, blob: bytes) -> None:
-        if not self.hash or self.hash != m.base_hash:
+        if self.hash is None or self.hash != m.base_hash:
+            held = "unverified" if self.hash is None else f"{self.hash[:16]}…"
             raise PatchError(
-                PatchReason.WRONG_BASE,
-                f"version {m.version} applies to {m.base_hash[:16]}…, state is {self.hash[:16]}…",
+                PatchReason.WRONG_BASE, f"version {m.version} applies to {m.base_hash[:16]}…, state is {held}"
             )
         check = PatchApplier(self.state, base_hash=self.hash, verify_only=True)
         check.feed(blob)
@@ -127,7 +131,7 @@ class LiveWeights:
             apply.feed(blob)
             apply.finish()
         except PatchError:  # checked a moment ago: only a fault here gets this far
-            self.hash = ""  # unverified: the next sync starts from an anchor
+            self.hash = None  # unverified: the next sync starts from an anchor
             self._steps.clear()
             if self._changed is not None:
                 self._changed.update(self._names)

@@ -62,7 +62,7 @@ class Miner:
     def _activate(self, w: Weights) -> None:
         self.engine.load_state_dict(self.engine_state(w))
         self.active = w
-        self.env.status.set(version=w.version, weights_hash=w.hash)
+        self.env.status.set(version=w.version, weights_hash=w.status_hash)
         if self.env.settings.report_weights_sha256:
             self.env.status.set(weights_sha256=sha256_of_state(w.state))
 
@@ -80,6 +80,7 @@ class Miner:
 
     def manifest_hash(self, w: Weights) -> str:
         """The public seed of a version: its manifest's result hash (version 0: the genesis base hash)."""
+        assert w.hash is not None, "run() generates only from verified weights"
         return w.hash
 
     # -- handlers (pump thread) -------------------------------------------------------
@@ -114,7 +115,7 @@ class Miner:
                 made=self._next_index(self.active.version) // groups_per_batch(env),
                 per_version=env.settings.batches_per_version,
                 idle_s=time.monotonic() - self._last_batch,
-                verified=bool(self.active.hash),
+                verified=self.active.verified,
                 behind=self.sync.target_version() - self.active.version,
                 max_staleness=int(env.g.max_staleness),
             )

@@ -1,15 +1,12 @@
-"""Weight sync for miners and validators: stage the next version beside the live one, switch on demand.
+"""Weight sync for miners and validators: fetch the next version's patches, switch on demand.
 
 The sync thread follows the newest trainer-signed manifest: it plans a path (fast path: the next
-patches; slow path after a gap or a hash mismatch: the newest anchor and the patches after it),
-fetches the blobs (peers first, S3 after), applies them into a *staging copy* and checks the result
-hash. Only a complete, verified version becomes ``staged``; the role takes it with
-:meth:`WeightSync.take_staged` at a safe point between batches, so nothing ever runs on a
-half-applied model. Each staged version is saved to disk first, so a restart resumes from it.
-
-With ``live`` (node/live.py: one copy of the weights, the engine model's own tensors) the sync
-thread fetches and plans only; ``take_staged`` verifies each fetched patch and applies it in place
-on the role's thread, and saves the version it reached.
+patches; slow path after a gap, a hash mismatch or from unverified weights: the newest anchor and
+the patches after it) and fetches the blobs (peers first, S3 after). A version whose blobs are all
+held is ``staged``. The role takes it with :meth:`WeightSync.take_staged` at a safe point between
+batches: on the role's thread each fetched patch is verified against the live weights (node/live.py:
+one copy, the engine model's own tensors) and only then applied in place, so nothing ever runs on a
+half-applied model. The version reached is saved to disk, so a restart resumes from it.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from p2prl.node.live import LiveWeights
 from p2prl.node.role import RoleEnv
 from p2prl.node.settings import RoleSettings
 from p2prl.node.weights import Weights, save_weights
-from p2prl.patch import ManifestError, ManifestStore, PatchError, materialize, plan_sync, weights_hash
+from p2prl.patch import ManifestError, ManifestStore, PatchError, plan_sync
 from p2prl.protocol import PatchManifest
 from p2prl.reasons import NodeDrop
 
@@ -33,7 +30,6 @@ log = logging.getLogger(__name__)
 
 S3_POLL_S = 5.0
 MAX_BACKOFF_S = 10.0
-MAX_STAGED = 8  # versions staged but not yet taken (only the newest few matter)
 
 
 class SyncError(Exception):
@@ -48,8 +44,8 @@ class WeightSync:
         start: Weights,
         weights_dir: Path,
         *,
+        live: LiveWeights,
         consecutive: bool = False,
-        live: LiveWeights | None = None,
     ) -> None:
         self.env = env
         self.book = book
@@ -57,14 +53,14 @@ class WeightSync:
         self.consecutive = consecutive  # stage every version (validators check batches of each)
         self._lock = threading.Lock()
         self.live = live
-        self._plans: dict[int, list[PatchManifest]] = {}  # live: fetched, applied when taken
+        self._plans: dict[int, list[PatchManifest]] = {}  # fetched, applied when taken
         self._current = start
-        self._switching: Weights | None = None  # live: the newest version being applied
+        self._switching: Weights | None = None  # the newest version being applied
         self._staged: list[Weights] = []
         self._slow = False
         self._last_s3 = 0.0
         self._failures = 0
-        env.status.set(version=start.version, weights_hash=start.hash, sync_state="synced")
+        env.status.set(version=start.version, weights_hash=start.status_hash, sync_state="synced")
 
     # -- what the role sees ------------------------------------------------------
     @property
@@ -73,22 +69,21 @@ class WeightSync:
             return self._current
 
     def take_staged(self) -> Weights | None:
-        """The newest complete verified version if there is one; it becomes current."""
+        """The newest version reached if any was staged; it becomes current."""
         staged = self.take_all_staged()
         return staged[-1] if staged else None
 
     def take_all_staged(self) -> list[Weights]:
-        """Every version staged since the last call, oldest first; the newest becomes current."""
+        """Every version reached of those staged since the last call, oldest first (applied in
+        place up to the first bad patch); the newest becomes current."""
         with self._lock:
             out, self._staged = self._staged, []
-            if out and self.live is None:
-                self._current = out[-1]
-            elif out:  # the sync thread plans on from it while the role applies
+            if out:  # the sync thread plans on from it while the role applies
                 self._switching = out[-1]
-        if out and self.live is not None:
+        if out:
             out = self._switch(out)
         if out:
-            self.env.status.set(version=out[-1].version, weights_hash=out[-1].hash)
+            self.env.status.set(version=out[-1].version, weights_hash=out[-1].status_hash)
             self._set_state()
         return out
 
@@ -117,7 +112,7 @@ class WeightSync:
                 self.book.changed.wait(1.0)
                 self.book.changed.clear()
                 continue
-            if self.consecutive and not self._slow and base.hash:
+            if self.consecutive and not self._slow and base.verified:
                 nxt = self.book.get(base.version + 1, "delta")
                 if nxt is not None and nxt.base_hash == base.hash:
                     target = nxt
@@ -134,14 +129,10 @@ class WeightSync:
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
                 continue
             backoff = 0.5
-            if self.live is None:
-                save_weights(w, self.weights_dir)
             with self._lock:
-                self._staged.append(w)
-                if self.live is None:  # live: each staged plan starts where the previous one ends
-                    del self._staged[:-MAX_STAGED]
+                self._staged.append(w)  # each staged plan starts where the previous one ends
             self._slow = False
-            env.status.record_hash(w.version, w.hash)
+            env.status.record_hash(w.version, target.result_hash)
             self._retain(w.version)
             self._set_state()
 
@@ -191,56 +182,27 @@ class WeightSync:
 
     # -- one sync step -----------------------------------------------------------
     def advance(self, base: Weights, target: PatchManifest) -> Weights:
-        """Build the verified weights of ``target`` from ``base`` (or from an anchor)."""
+        """Fetch the blobs of a path to ``target`` from ``base`` (or from an anchor: always from
+        unverified weights) and keep the plan for :meth:`_switch`. Returns the version it promises:
+        the manifest's result hash, no tensors yet."""
         manifests = self.book.all()
         t0 = time.monotonic()
-        have_v, have_h = (None, None) if self._slow or not base.hash else (base.version, base.hash)
+        have_v, have_h = (None, None) if self._slow or not base.verified else (base.version, base.hash)
         plan = plan_sync(have_v, have_h, manifests, target.version)
         if not plan:
             raise SyncError(f"no path to v{target.version} from v{base.version} with the manifests held")
-        starts_at_anchor = plan[0].kind == "anchor"
-        if starts_at_anchor:
+        if plan[0].kind == "anchor":
             self.env.status.incr("slow_path_syncs")
-        nbytes = 0
         for m in plan:
-            nbytes += m.blob.size
             self._fetch(m)
-        t1 = time.monotonic()
-        if self.live is not None:  # verified and applied in place when the role takes it
-            with self._lock:
-                self._plans[target.version] = plan
-            self.env.status.gauge("patch_fetch_ms", (t1 - t0) * 1000)
-            return Weights(target.version, target.result_hash, {})
-        if starts_at_anchor:
-            state = materialize(None, plan, self.env.store.get)
-        else:
-            state = materialize(base.state, plan, self.env.store.get, start_hash=base.hash)
-        got = weights_hash(state)
-        if got != target.result_hash:
-            self.env.status.incr("hash_mismatches")
-            raise SyncError(f"hash mismatch after applying to v{target.version}")
-        t2 = time.monotonic()
-        st = self.env.status
-        st.incr("patches_applied", len(plan))
-        st.incr("patch_bytes_total", nbytes)
-        st.gauge("patch_last_bytes", plan[-1].blob.size)
-        st.gauge("patch_apply_ms", (t2 - t1) * 1000)
-        st.gauge("patch_fetch_ms", (t1 - t0) * 1000)
-        log.info(
-            "synced v%d -> v%d (%d blobs, %d bytes, fetch %.0f ms, apply %.0f ms)",
-            base.version,
-            target.version,
-            len(plan),
-            nbytes,
-            (t1 - t0) * 1000,
-            (t2 - t1) * 1000,
-        )
-        return Weights(target.version, got, state)
+        with self._lock:
+            self._plans[target.version] = plan
+        self.env.status.gauge("patch_fetch_ms", (time.monotonic() - t0) * 1000)
+        return Weights(target.version, target.result_hash, {})
 
     def _switch(self, pending: list[Weights]) -> list[Weights]:
-        """Live: verify and apply the fetched plans in place, oldest first, up to the first bad one
+        """Verify and apply the fetched plans in place, oldest first, up to the first bad one
         (then the next sync starts from an anchor); saves and returns the versions reached."""
-        assert self.live is not None
         st, done = self.env.status, []
         with self._lock:
             plans = [self._plans.pop(w.version, None) for w in pending]
@@ -294,9 +256,9 @@ class WeightSync:
 
 
 def _behind(base: Weights, version: int) -> bool:
-    """Whether ``version`` is ahead of ``base``; an unverified base (hash "", e.g. a model whose
-    weights come from the network) is behind its own version too, so it syncs from an anchor."""
-    return version > base.version or (version == base.version and not base.hash)
+    """Whether ``version`` is ahead of ``base``; an unverified base (e.g. a model whose weights come
+    from the network) is behind its own version too, so it syncs from an anchor."""
+    return version > base.version or (version == base.version and not base.verified)
 
 
 def _reason(e: BaseException) -> str:

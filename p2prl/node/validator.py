@@ -76,10 +76,10 @@ def position_secret(identity: Identity) -> bytes:
 
 
 class VersionCache:
-    """The last few versions' weights, and which one is loaded in the engine's model. With ``live``
-    (node/live.py) they are one set of tensors, stepped to the version asked for."""
+    """The last few versions' weights, and which one is loaded in the engine's model: one set of
+    tensors (``live``, node/live.py), stepped to the version asked for."""
 
-    def __init__(self, engine: RolloutEngine, keep: int, live: LiveWeights | None = None) -> None:
+    def __init__(self, engine: RolloutEngine, keep: int, live: LiveWeights) -> None:
         self.engine = engine
         self.keep = keep
         self.live = live
@@ -99,9 +99,9 @@ class VersionCache:
         """The RolloutValidator's VersionSource: (manifest hash, model) with that version loaded."""
         with self._lock:
             w = self.states.get(version)
-        if w is None or not w.hash:
+        if w is None or not w.verified:
             return None
-        if self.live is not None and w.state is self.live.state:
+        if w.state is self.live.state:
             if not self.live.reachable(version):
                 return None
             self.live.goto(version)
@@ -155,7 +155,8 @@ class Validator:
         vcfg = ValidatorConfig.from_genesis(env.g, checked_per_group=env.settings.checked_per_group)
         task = task_of(env)  # built once: a data-backed task reads and hashes its file
         if env.settings.calibrate_tolerances:
-            vcfg = calibrated(self.engine.model, tok, task, gen, start.hash, vcfg)
+            seed_hash = start.hash if start.verified else ""  # unverified: any seed calibrates
+            vcfg = calibrated(self.engine.model, tok, task, gen, seed_hash, vcfg)
         self.checker = RolloutValidator(
             self.cache.source, tok, task, vcfg, position_secret=position_secret(env.identity)
         )
@@ -168,7 +169,7 @@ class Validator:
         self._last_scores = 0.0
         self.current = start
         env.status.set(
-            version=start.version, weights_hash=start.hash
+            version=start.version, weights_hash=start.status_hash
         )
         self._report_sha(start)
         for k in PROOF_TOLERANCES:  # beside the largest errors seen (_record): how close honest miners come

@@ -41,11 +41,28 @@ CURRENT = "current.json"
 
 @dataclass
 class Weights:
-    """A complete, verified set of weights at one version."""
+    """A complete set of weights at one version, and its weights hash.
+
+    ``hash`` is None when the weights are *unverified*: the base model as this machine builds it,
+    which does not hash to the genesis'. Such weights are never a patch base nor saved; the first
+    sync replaces them from an anchor."""
 
     version: int
-    hash: str
+    hash: str | None
     state: State
+
+    @classmethod
+    def unverified(cls, version: int, state: State) -> Weights:
+        return cls(version, None, state)
+
+    @property
+    def verified(self) -> bool:
+        return self.hash is not None
+
+    @property
+    def status_hash(self) -> str:
+        """The hash as the status reports it (``weights_hash``): "" while unverified."""
+        return "" if self.hash is None else self.hash
 
 
 def sha256_of_state(state: State) -> str:
@@ -116,8 +133,12 @@ def load_base_model(
 
 
 def save_weights(w: Weights, directory: Path, keep: int = 2) -> Path:
-    """Write ``w`` under ``directory`` and point ``current.json`` at it; keeps the newest ``keep`` files."""
+    """Write ``w`` under ``directory`` and point ``current.json`` at it; keeps the newest ``keep`` files.
+    Only verified weights are saved: a restart trusts what ``current.json`` records."""
     from safetensors.torch import save_file
+
+    if w.hash is None:
+        raise ValueError(f"version {w.version} is unverified: not saved")
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,15 @@
-"""The node's weights helpers: the reported weights_sha256 is SHA-256 over §4's byte stream."""
+"""The node's weights helpers: the reported weights_sha256 is SHA-256 over §4's byte stream; only
+verified weights are saved."""
 
 import hashlib
+import json
 import struct
+from pathlib import Path
 
+import pytest
 import torch
 
-from p2prl.node.weights import sha256_of_state
+from p2prl.node.weights import Weights, load_saved_weights, save_weights, sha256_of_state
 from p2prl.patch import weights_hash
 
 
@@ -37,3 +41,15 @@ def test_weights_sha256_is_sha256_of_the_weights_hash_stream() -> None:
     import blake3
 
     assert weights_hash({k: v.contiguous() for k, v in state.items()}) == blake3.blake3(stream).hexdigest()
+
+
+def test_only_verified_weights_are_saved(tmp_path: Path) -> None:
+    state = {"w": torch.arange(12, dtype=torch.bfloat16).reshape(3, 4)}
+    with pytest.raises(ValueError, match="unverified"):
+        save_weights(Weights.unverified(0, state), tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    h = weights_hash(state)
+    path = save_weights(Weights(3, h, state), tmp_path)
+    assert json.loads((tmp_path / "current.json").read_text()) == {"version": 3, "hash": h, "file": path.name}
+    w = load_saved_weights(tmp_path)
+    assert w is not None and w.verified and (w.version, w.hash) == (3, h) and torch.equal(w.state["w"], state["w"])
