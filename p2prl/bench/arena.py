@@ -17,7 +17,7 @@ from p2prl.crypto.keys import Identity, load_or_create_identity
 from p2prl.net.gossip import Incoming
 from p2prl.net.identity import peer_id_for
 from p2prl.net.ports import free_port
-from p2prl.node.common import generation_params, group_size, groups_per_batch, task_of
+from p2prl.node.common import generation_params, task_of
 from p2prl.node.config import NodeConfig
 from p2prl.node.genesis import write_genesis
 from p2prl.node.netinit import NetworkSpec, base_model_info, genesis_from_spec
@@ -72,7 +72,7 @@ class Arena:
         v = self.validator
         env = v.env
         first = self._next_index.get(miner.public_hex, 0)
-        n = groups_per_batch(env)
+        n = env.g.generation.groups_per_batch
         self._next_index[miner.public_hex] = first + n
         prep = mine_batch(
             v.engine,
@@ -81,7 +81,7 @@ class Arena:
             v.current.hash,
             miner.public_key,
             list(range(first, first + n)),
-            group_size(env),
+            env.g.generation.group_size,
             generation_params(env, seed=first),
         )
         if serve:

@@ -31,14 +31,6 @@ def generation_params(env: RoleEnv[RoleSettings], seed: int = 0) -> GenerationPa
     )
 
 
-def group_size(env: RoleEnv[RoleSettings]) -> int:
-    return env.g.generation.group_size
-
-
-def groups_per_batch(env: RoleEnv[RoleSettings]) -> int:
-    return env.g.generation.groups_per_batch
-
-
 def task_of(env: RoleEnv[RoleSettings]) -> Task:
     """The genesis task (a plugin one too); a task this machine cannot build stops the node clearly."""
     t = env.g.task
@@ -51,10 +43,6 @@ def task_of(env: RoleEnv[RoleSettings]) -> Task:
         raise NodeStartError(f"genesis task: {e}") from e
     env.status.set(task=t.name, task_source=f"{type(task).__module__}:{type(task).__qualname__}")
     return task
-
-
-def genesis_base_hash(env: RoleEnv[RoleSettings]) -> str:
-    return env.g.model.weights_hash
 
 
 def base_model(env: RoleEnv[RoleSettings], strict: bool, share: bool = False) -> tuple[Module, Tokenizer, State, str]:
@@ -113,13 +101,13 @@ def load_start(
         log.info("resuming from saved weights v%d (%.12s)", saved.version, saved.hash)
         env.status.incr("restarts_resumed")
         return model, tok, saved, base
-    if h != genesis_base_hash(env):
+    if h != env.g.model.weights_hash:
         # the normal join: the model's files came from the network without weights (or this
         # machine builds the tiny model differently); version 0's anchor carries the weights
         log.info(
             "no local copy of the genesis weights (local %s, genesis %s): taking them from an anchor",
             h[:12],
-            genesis_base_hash(env)[:12],
+            env.g.model.weights_hash[:12],
         )
         env.status.incr_label("warnings", "base_hash_mismatch")
         return model, tok, Weights.unverified(0, base), base

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -29,7 +29,11 @@ from p2prl.patch import weights_hash
 from p2prl.proof import forward_flat
 from p2prl.rl import (
     EngineChoiceError,
+    GenerationParams,
     HFEngine,
+    RolloutEngine,
+    Sample,
+    Tokenizer,
     choose_engine,
     has_weights,
     open_vllm,
@@ -43,11 +47,25 @@ PROOF_ROWS = 64  # sequences per teacher-forced pass…
 PROOF_LOGITS = 1 << 25  # …and at most this many logits (float32: 128 MiB)
 
 
-def _passes(flat: list[Any], vocab: int) -> list[list[Any]]:
+class VLLMSampler(Protocol):
+    """What the miner uses of ``p2prl.rl.vllm_engine.VLLMEngine`` (loaded by name: nothing imports it)."""
+
+    tokenizer: Tokenizer
+
+    def generate(
+        self, prompts: list[list[int]], n_samples: int, params: GenerationParams, keys: list[list[bytes]] | None
+    ) -> list[list[Sample]]: ...
+
+    def update(self, state: Mapping[str, torch.Tensor], names: Iterable[str] | None = None) -> int: ...
+
+    def read_state(self, like: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
+
+
+def _passes(flat: list[Sample], vocab: int) -> list[list[Sample]]:
     """The samples in runs of at most PROOF_ROWS sequences and PROOF_LOGITS logits each."""
     tokens = max(1, PROOF_LOGITS // max(1, vocab))
-    runs: list[list[Any]] = []
-    run: list[Any] = []
+    runs: list[list[Sample]] = []
+    run: list[Sample] = []
     n = 0
     for s in flat:
         if run and (len(run) == PROOF_ROWS or n + len(s.completion_ids) > tokens):
@@ -65,8 +83,8 @@ class VLLMMinerEngine:
 
     def __init__(
         self,
-        inner: Any,
-        model: Any,
+        inner: VLLMSampler,
+        model: torch.nn.Module,
         live: LiveWeights | None = None,
         on_hash: Callable[[str], None] | None = None,
     ) -> None:
@@ -79,8 +97,12 @@ class VLLMMinerEngine:
             live.track_changes()
 
     def generate(
-        self, prompts: list[list[int]], n_samples: int, params: Any, keys: list[list[bytes]] | None = None
-    ) -> list[list[Any]]:
+        self,
+        prompts: list[list[int]],
+        n_samples: int,
+        params: GenerationParams,
+        keys: list[list[bytes]] | None = None,
+    ) -> list[list[Sample]]:
         groups = self.inner.generate(prompts, n_samples, params, keys)
         flat = [s for g in groups for s in g if s.completion_ids]
         t = params.temperature if params.temperature > 0 else 1.0  # as the validator scores them
@@ -112,7 +134,9 @@ class VLLMMinerEngine:
             self.on_hash(weights_hash(self.inner.read_state(state)))
 
 
-def open_engine(env: RoleEnv[RoleSettings], role: str, model: Any, tok: Any, live: LiveWeights) -> Any:
+def open_engine(
+    env: RoleEnv[RoleSettings], role: str, model: torch.nn.Module, tok: Tokenizer, live: LiveWeights
+) -> RolloutEngine:
     """The engine ``role`` generates with: vLLM only for a miner whose ``--engine`` settles on it."""
     cfg = env.settings.model
     if role != "miner" or cfg.engine == "hf":
@@ -130,11 +154,12 @@ def open_engine(env: RoleEnv[RoleSettings], role: str, model: Any, tok: Any, liv
     env.status.set(engine=choice.name)
     if choice.name == "hf":
         return HFEngine(model, tok)
-    kw: dict[str, Any] = {"enforce_eager": cfg.vllm_eager}
+    kw: dict[str, bool | str] = {"enforce_eager": cfg.vllm_eager}
     if not has_weights(Path(path)):
         kw["load_format"] = "dummy"  # the first switch writes every tensor
     inner = open_vllm(Path(path), tok, device, **kw)
     log.info("engine vllm on %s (%s)", device, path)
+
     def on_hash(h: str) -> None:
         env.status.set(engine_weights_hash=h)
         env.status.incr("engine_weights_checked")

@@ -19,7 +19,7 @@ import torch
 
 from p2prl.atomicfile import write_atomic
 from p2prl.net import Incoming
-from p2prl.node.common import generation_params, group_size, groups_per_batch, open_synced_role, task_of
+from p2prl.node.common import generation_params, open_synced_role, task_of
 from p2prl.node.pump import Handlers
 from p2prl.node.rejectlog import RejectionLog
 from p2prl.node.role import RoleEnv
@@ -112,7 +112,7 @@ class Miner:
             step = next_step(
                 batches=self.batches,
                 max_batches=env.settings.max_batches,
-                made=self._next_index(self.active.version) // groups_per_batch(env),
+                made=self._next_index(self.active.version) // env.g.generation.groups_per_batch,
                 per_version=env.settings.batches_per_version,
                 idle_s=time.monotonic() - self._last_batch,
                 verified=self.active.verified,
@@ -136,7 +136,7 @@ class Miner:
         env, w = self.env, self.active
         mhash = self.manifest_hash(w)
         key = env.identity.public_key
-        n_groups, g_size = groups_per_batch(env), group_size(env)
+        n_groups, g_size = env.g.generation.groups_per_batch, env.g.generation.group_size
         first = self._next_index(w.version)
         self._save_index(w.version, first + n_groups)  # reserve before use: a crash never reuses
         indices = list(range(first, first + n_groups))

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from p2prl.crypto import Identity
 from p2prl.lru import LRU
-from p2prl.node.common import generation_params, group_size, open_synced_role, task_of
+from p2prl.node.common import generation_params, open_synced_role, task_of
 from p2prl.node.judgequeue import Announcement, JudgeQueue, key_of
 from p2prl.node.live import LiveWeights
 from p2prl.node.pump import Handlers
@@ -315,7 +315,7 @@ class Validator:
         st.incr("groups_accepted", acc)
         st.incr("groups_rejected", len(bv.groups) - acc)
         st.incr("rollouts_accepted", sum(len(g.rollouts) for g in bv.valid_groups))
-        st.incr("rollouts_rejected", (len(bv.groups) - acc) * group_size(self.env))
+        st.incr("rollouts_rejected", (len(bv.groups) - acc) * self.env.g.generation.group_size)
         for g in bv.groups:
             if not g.accepted:
                 st.incr_label("rejected", g.reason)

@@ -99,7 +99,7 @@ def test_join_with_nothing_but_the_genesis(make_net, wait_for, hf_model_dir: Cal
         t.role.pause()
         cache = net.root / "miner1" / "model"
         m = start_node(net.config("miner1", model_cache=cache, **s3kw))
-        files = m.rt.g.asset(m.rt.g.model.files_sha256)
+        files = m.rt.genesis.genesis.asset(m.rt.genesis.genesis.model.files_sha256)
         assert m.rt.status.snapshot()["labelled"]["assets_fetched"] == {"model_files": 1}
         wait_for(lambda: m.role.active.hash == t.role.chain.result_hash, 90, "miner in sync")
         assert sha256_of_state(m.role.active.state) == sha256_of_state(t.role.chain.state)
