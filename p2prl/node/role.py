@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from p2prl.crypto import Identity
 from p2prl.net import topic
@@ -38,6 +38,7 @@ class NodeStartError(Exception):
     """The node cannot start (bad genesis, pinned to another network, key file problem, ...)."""
 
 
+@runtime_checkable
 class Role(Protocol):
     """What the runtime needs of a role; each method is called by the runtime, never by a peer."""
 
