@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = """
@@ -30,6 +32,7 @@ def _broken(root: Path, name: str, error: str) -> None:
     (root / name / "__init__.py").write_text(f"raise {error}\n")
 
 
+@pytest.mark.slow
 def test_broken_media_builds_are_treated_as_absent(tmp_path: Path) -> None:
     _broken(tmp_path, "torchvision", 'RuntimeError("operator torchvision::nms does not exist")')
     _broken(tmp_path, "torchcodec", 'OSError("Could not load this library: libtorchcodec_image.so")')

@@ -82,6 +82,7 @@ def test_bootstrap_of_another_network(
     assert "othernet" in msg and "genesis" in msg, msg
 
 
+@pytest.mark.slow
 def test_an_invalid_bootstrap_address_is_reported_once_and_skipped(
     make_node: Callable[..., P2PNode], caplog: pytest.LogCaptureFixture
 ) -> None:

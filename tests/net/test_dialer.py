@@ -92,6 +92,7 @@ def test_sybil_heartbeats_cannot_aim_dials_at_a_victim() -> None:
     assert len(host.dialled) <= DialBudget.PER_SUBNET
 
 
+@pytest.mark.slow
 def test_a_flood_of_peer_ids_is_rate_limited_on_a_local_network(make_node) -> None:
     """Item 28: on a local network (addresses shared), 64 throwaway peer ids naming one real listener
     reach it at most ``BURST`` + ``RATE_PER_S`` per second dials (libp2p makes up to 4 connection

@@ -1,5 +1,7 @@
 """Item 6 of docs/SECURITY.md: peers that claim a blob (provider hints) must not starve its holder."""
 
+import pytest
+
 from p2prl.bench.peerproc import blob_bytes
 from p2prl.net.config import Limits, NetConfig
 from p2prl.protocol.blobs import blob_ref_for
@@ -24,6 +26,7 @@ def eclipse(make_node, victim_config: NetConfig):
     return holder, victim, ref, data
 
 
+@pytest.mark.slow
 def test_hints_that_do_not_deliver_are_retired(make_node) -> None:
     _, victim, ref, data = eclipse(make_node, NetConfig(limits=Limits(max_providers=3)))
     assert victim.fetch(ref, timeout=8, s3=False).read_bytes() == data

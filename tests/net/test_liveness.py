@@ -103,6 +103,7 @@ def wedge(n: P2PNode, peer: str) -> None:
     n._call_sync(run)
 
 
+@pytest.mark.slow
 def test_stuck_peer_gets_gossip_again(tmp_path: Path) -> None:
     a, b = node(tmp_path / "a"), node(tmp_path / "b")
     try:
@@ -119,6 +120,7 @@ def test_stuck_peer_gets_gossip_again(tmp_path: Path) -> None:
         a.stop()
 
 
+@pytest.mark.slow
 def test_stuck_both_ways_behind_a_forwarder(tmp_path: Path) -> None:
     """``a`` and ``m`` each lost their stream to the other; ``t`` is connected to both. Gossip
     between them goes through ``t`` meanwhile (the stuck state drops nothing inbound), and the
@@ -141,6 +143,7 @@ def test_stuck_both_ways_behind_a_forwarder(tmp_path: Path) -> None:
             n.stop()
 
 
+@pytest.mark.slow
 def test_peer_that_never_takes_our_stream_is_disconnected(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -178,6 +181,7 @@ def test_peer_that_never_takes_our_stream_is_disconnected(
         a.stop()
 
 
+@pytest.mark.slow
 def test_stream_whose_connection_takes_no_bytes_is_cut(tmp_path: Path) -> None:
     """The only connection between ``a`` and ``b`` stops taking bytes: each side's pubsub writer
     blocks with the other still registered (nothing errors, nothing closes). Each side pings the

@@ -89,6 +89,7 @@ def test_concurrent_fetches_never_trip_over_each_others_partials(tmp_path) -> No
         provider.stop()
 
 
+@pytest.mark.slow
 def test_probe_that_runs_out_of_time_then_full_fetch(tmp_path) -> None:
     """A validator's probe (short timeout, keep_partial False) runs out of time against a slow
     provider with some chunks written; its download tasks have ended before its partial goes, so

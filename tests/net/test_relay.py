@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pytest
+
 from p2prl.net import chunkproto as cp
 from p2prl.net.config import NetConfig, RelayBounds
 from p2prl.net.node import P2PNode
@@ -80,6 +82,7 @@ def _reserve(n: P2PNode, relay: P2PNode) -> bool:
     return bool(n._call(n._relay_client.reserve, relay.peer_id, n._nursery, 10.0))
 
 
+@pytest.mark.slow
 def test_throwaway_peer_ids_cannot_hold_a_relays_slots(make_node: Callable[..., P2PNode]) -> None:
     """Item 26: throwaway peer ids reserve every slot of a relay (8 here) and leave; an honest NATed
     peer must still get one (the slots stayed held until their 600 s TTL)."""

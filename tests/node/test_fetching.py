@@ -21,6 +21,7 @@ from p2prl.store import BlobStore
 NET = "fetchnet"
 
 
+@pytest.mark.slow
 def test_a_slow_fetch_goes_on_while_bytes_arrive_and_fails_when_none_do(tmp_path: Path) -> None:
     data = os.urandom(1024 * 1024)
     ref = blob_ref_for(data, 64 * 1024)

@@ -83,6 +83,7 @@ def healthz(port: int, source: str) -> bool:
         conn.close()
 
 
+@pytest.mark.slow
 def test_silent_crowd_from_many_addresses_leaves_the_local_health_check() -> None:
     """Item 27: 24 silent clients from 24 addresses, reconnecting at once, held all 16 slots and the
     health check got 1 answer in 20; slots kept for 127.0.0.1 answer every one."""
@@ -95,6 +96,7 @@ def test_silent_crowd_from_many_addresses_leaves_the_local_health_check() -> Non
         server.stop()
 
 
+@pytest.mark.slow
 def test_silent_crowd_from_one_address_leaves_others_served() -> None:
     """Item 27: 24 silent clients from one address hold at most ``per_ip`` slots: a client from
     another address is served every time."""

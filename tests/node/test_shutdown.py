@@ -6,10 +6,13 @@ import os
 import threading
 import time
 
+import pytest
+
 from p2prl.node.run import FINISH_STEP_S, start_node
 from p2prl.protocol import blob_ref_for
 
 
+@pytest.mark.slow
 def test_stop_does_not_wait_for_a_fetch_nobody_answers(make_net) -> None:
     net = make_net(("trainer", "validator", "miner1"))
     m = start_node(net.config("miner1", fetch_timeout_s=120.0))
