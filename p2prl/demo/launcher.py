@@ -185,7 +185,7 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
     if role == "validator" and (device != opts.device or opts.engine == "vllm"):
         # a validator on another device or engine than the miners keeps the cross-engine defaults:
         # calibrated to its own drift, it rejected one honest batch of CUDA miners in six demos (their
-        # fingerprints reach 0.005 as training runs) and one of vLLM miners in four (32 groups as
+        # fingerprints reach 0.005 as training runs) and one of vLLM miners in three (32 groups as
         # `sampling`: vLLM's tail past a margin set from transformers' own); on the same device and
         # engine it calibrates, as by default
         args += ["--no-calibrate-tolerances"]
