@@ -24,7 +24,7 @@ from p2prl.node.settings import RoleSettings
 from p2prl.node.weights import Weights, save_weights
 from p2prl.patch import ManifestError, ManifestStore, PatchError, plan_sync
 from p2prl.protocol import PatchManifest
-from p2prl.reasons import NodeDrop
+from p2prl.reasons import NodeDrop, PatchReason
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +216,8 @@ class WeightSync:
             except (PatchError, SyncError) as e:
                 st.incr("sync_failures")
                 st.incr_label("sync_failed", _reason(e))
+                if isinstance(e, PatchError) and e.reason == PatchReason.HASH_MISMATCH:
+                    st.incr("hash_mismatches")  # a signed version its patch does not produce
                 log.warning("switch to v%d failed: %s", w.version, e)
                 self._slow = True
                 break

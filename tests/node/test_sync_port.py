@@ -186,3 +186,27 @@ def test_unverified_start_at_the_head_version_takes_its_anchor(tmp_path: Path) -
         assert net.counter("slow_path_syncs") == 1
     finally:
         net.stop(t)
+
+
+def test_a_patch_that_misses_its_signed_hash_is_counted_and_never_applied(tmp_path: Path) -> None:
+    """A trainer-signed delta whose bytes do not give the result hash it signs: refused on every
+    try, counted as ``hash_mismatches`` (what operators alert on), the weights left as they were."""
+    net, want = Net(tmp_path), states(2)
+    net.publish(want[0])
+    t = net.running()
+    try:
+        take(net.sync, 0)
+        pv = net.chain.publish(want[1])
+        for item in pv.items:
+            net.trainer.net.serve(item.manifest.blob)
+        forged = PatchManifest(**{**pv.manifest.__dict__, "result_hash": "ee" * 32})
+        net.trainer.net.publish(topic(NET, "manifests"), encode_message(TRAINER, NET, forged))
+        deliver(net.miner, net.sync)
+        deadline = time.monotonic() + 20
+        while net.counter("hash_mismatches") == 0 and time.monotonic() < deadline:
+            assert net.sync.take_staged() is None
+            time.sleep(0.05)
+        assert net.counter("hash_mismatches") >= 1
+        assert net.sync.current.version == 0 and bits_equal(net.live.state, want[0])
+    finally:
+        net.stop(t)
