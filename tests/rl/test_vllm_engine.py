@@ -1,6 +1,11 @@
 """vLLM's CPU build runs the engine miners run on GPUs: the network's keyed picks made inside vLLM,
 version switches that write only the changed tensors into the running engine, and the weights read
-back out bit for bit. One engine serves the module (starting one takes tens of seconds here)."""
+back out bit for bit. One engine serves the module (starting one takes tens of seconds here).
+
+vLLM's CPU build packs its linear layers for the machine (oneDNN on any x86; the AMX kernel for small
+weights on AMX) and keeps embeddings unpacked with a packed copy for the tied LM head: the switch
+tests check the kernels vLLM computes with (its own ``quant_method.apply``) against the trainer's
+weights, so a packed copy left stale fails them whatever the CPU."""
 
 from __future__ import annotations
 
@@ -93,12 +98,56 @@ def test_tokens_are_the_public_picks_and_logprobs_the_processed_ones(engine, hf)
     assert max(diffs) < 0.1, max(diffs)
 
 
+def _kernels(worker, xs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Runs in vLLM's worker: each module's output on ``xs[module]`` through the kernel vLLM uses."""
+    from p2prl.rl.vllm_weights import worker_model
+
+    model = worker_model(worker)
+    out = {}
+    with torch.no_grad():
+        for path, x in xs.items():
+            m = model.get_submodule(path)
+            out[path] = m.quant_method.apply(m, x).float()
+    return out
+
+
+# vLLM module → the checkpoint tensors it computes with, in its row order (the tied LM head: embed)
+FUSED = {
+    "self_attn.qkv_proj": ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
+    "self_attn.o_proj": ["self_attn.o_proj"],
+    "mlp.gate_up_proj": ["mlp.gate_proj", "mlp.up_proj"],
+    "mlp.down_proj": ["mlp.down_proj"],
+}
+
+
+def _assert_kernels_compute_with(engine, state: dict[str, torch.Tensor], old: dict[str, torch.Tensor]) -> None:
+    """Every linear kernel of the engine computes with ``state``'s weights: within bf16 rounding of
+    them, and (where ``old`` differs) far nearer them than ``old``'s."""
+    n_layers = 1 + max(int(k.split(".")[2]) for k in state if k.startswith("model.layers."))
+    mods = {f"model.layers.{i}.{f}": [f"model.layers.{i}.{s}.weight" for s in shards] for i in range(n_layers) for f, shards in FUSED.items()}
+    mods["lm_head"] = ["model.embed_tokens.weight"]
+    g = torch.Generator().manual_seed(7)
+    xs = {m: torch.randn(4, state[ws[0]].shape[1], generator=g).to(torch.bfloat16) for m, ws in mods.items()}
+    got = engine.in_worker(_kernels, xs)
+    for m, ws in mods.items():
+        want = torch.nn.functional.linear(xs[m].float(), torch.cat([state[w] for w in ws]).float())
+        y = got[m][:, : want.shape[1]]  # the LM head's vocabulary is padded
+        err = (y - want).abs().max().item()
+        assert err <= 0.02 * want.abs().max().item(), (m, err)
+        if any(not torch.equal(state[w], old[w]) for w in ws):
+            stale = torch.nn.functional.linear(xs[m].float(), torch.cat([old[w] for w in ws]).float())
+            assert err < 0.1 * (y - stale).abs().max().item(), (m, err)
+
+
 def test_switches_write_only_what_changed_and_the_engine_holds_the_trainers_bits(engine, hf) -> None:
     from p2prl.patch import weights_hash
     from p2prl.rl import GenerationParams, unique_state
 
     base = unique_state(hf)
+    # vLLM's CPU build packs every linear layer here (oneDNN, any x86): the reload path is exercised
+    assert any(m.endswith("qkv_proj") for m in engine.packed_modules()), engine.packed_modules()
     assert weights_hash(engine.read_state(base)) == weights_hash(base)
+    _assert_kernels_compute_with(engine, base, base)
     params = GenerationParams(max_new_tokens=8)
     prompts, keys = _prompts(engine, 2), _keys(2, 2)
     before = engine.generate(prompts, 2, params, keys)
@@ -109,12 +158,41 @@ def test_switches_write_only_what_changed_and_the_engine_holds_the_trainers_bits
         new[n].add_(torch.randn(new[n].shape, generator=g).to(new[n].dtype) * 0.05)
     assert engine.update(new, changed) == len(changed)
     assert weights_hash(engine.read_state(new)) == weights_hash(new) != weights_hash(base)
+    _assert_kernels_compute_with(engine, new, base)
     during = engine.generate(prompts, 2, params, keys)
     assert [s.completion_ids for g in during for s in g] != [s.completion_ids for g in before for s in g]
     engine.update(base, changed)  # back: the same keys give the same tokens again (no cached state)
     assert weights_hash(engine.read_state(base)) == weights_hash(base)
+    _assert_kernels_compute_with(engine, base, new)
     after = engine.generate(prompts, 2, params, keys)
     assert [s.completion_ids for g in after for s in g] == [s.completion_ids for g in before for s in g]
+
+
+def test_a_switch_of_changed_positions_reaches_packed_and_unpacked_modules(engine, hf) -> None:
+    """A ``Switch`` carrying only changed positions: into a packed module (q_proj, reloaded from the
+    engine's master copy), the embedding (unpacked, its tied LM head's packed copy rebuilt) and a norm."""
+    from p2prl.patch import weights_hash
+    from p2prl.rl import unique_state
+    from p2prl.rl.vllm_weights import Switch, TensorChange
+
+    base = unique_state(hf)
+    new = {k: v.clone() for k, v in base.items()}
+    g = torch.Generator().manual_seed(1)
+    changes = []
+    for n in ["model.layers.1.self_attn.q_proj.weight", "model.embed_tokens.weight", "model.layers.0.input_layernorm.weight"]:
+        flat = new[n].view(-1)
+        idx = torch.randperm(flat.numel(), generator=g)[: max(1, flat.numel() // 20)].sort().values
+        flat[idx] += (torch.randn(idx.numel(), generator=g) * 0.2).to(flat.dtype)
+        changes.append(TensorChange(n, flat[idx].clone(), idx))
+    h = weights_hash(new)
+    assert engine.apply(Switch(1, h, tuple(changes))) == 3
+    assert (engine.version, engine.hash) == (1, h)
+    assert weights_hash(engine.read_state(new)) == h
+    _assert_kernels_compute_with(engine, new, base)
+    back = tuple(TensorChange(c.name, base[c.name].view(-1)[c.indices].clone(), c.indices) for c in changes)
+    engine.apply(Switch(0, weights_hash(base), back))
+    assert weights_hash(engine.read_state(base)) == weights_hash(base)
+    _assert_kernels_compute_with(engine, base, new)
 
 
 def test_a_vllm_miner_commits_to_the_validators_teacher_forced_states(engine, hf) -> None:
