@@ -5,7 +5,8 @@ version; the chain publisher signs each as a sparse patch; the node's own ``Live
 and applies it in place. Then, per engine:
 
 - ``hf``: the live tensors are the model's own: nothing more to write.
-- ``vllm``: the tensors the patch changed are written into the running engine (``load_weights``).
+- ``vllm``: the tensors the patch changed are written into the running engine (``VLLMEngine.update``:
+  vLLM's patch loader, or its layerwise reload for a layer its CPU build packed).
 
 ``in_place_s``: verified patch in hand → first token generated under the new version (verify and
 apply, engine write, one token). ``pause_s``: the part of it during which the engine cannot generate

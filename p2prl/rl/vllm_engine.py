@@ -304,7 +304,10 @@ class VLLMEngine:
                 if shape is None:
                     raise ValueError(f"a sparse change to {c.name} needs its shape")
                 if slot.packed:
-                    if c.indices is None:
+                    have = self._master.get(c.name)
+                    if c.indices is None and have is not None and have.shape == values.shape:
+                        have.copy_(values)  # in place: no second copy while switching
+                    elif c.indices is None:
                         self._master[c.name] = values.to(torch.bfloat16, copy=True).contiguous()
                     elif c.name in self._master:
                         self._master[c.name].view(-1)[c.indices] = values.to(torch.bfloat16)

@@ -111,6 +111,14 @@ def _kernels(worker, xs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+def _weightless(worker) -> list[str]:
+    """Runs in vLLM's worker: the modules whose weight vLLM replaced by a packed copy (left empty)."""
+    from p2prl.rl.vllm_weights import worker_model
+
+    model = worker_model(worker)
+    return sorted(n for n, m in model.named_modules() if isinstance(getattr(m, "weight", None), torch.Tensor) and m.weight.numel() == 0)
+
+
 # vLLM module → the checkpoint tensors it computes with, in its row order (the tied LM head: embed)
 FUSED = {
     "self_attn.qkv_proj": ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
@@ -144,8 +152,10 @@ def test_switches_write_only_what_changed_and_the_engine_holds_the_trainers_bits
     from p2prl.rl import GenerationParams, unique_state
 
     base = unique_state(hf)
-    # vLLM's CPU build packs every linear layer here (oneDNN, any x86): the reload path is exercised
-    assert any(m.endswith("qkv_proj") for m in engine.packed_modules()), engine.packed_modules()
+    # the engine's packed modules are those vLLM dropped the weight of: on AVX-512 BF16 or AMX every
+    # linear layer (oneDNN, the AMX kernel); where oneDNN has no bf16 matmul (AVX2) none: vLLM then
+    # computes with torch's linear on the weights as loaded. Either way the kernels must be current.
+    assert engine.packed_modules() == engine.in_worker(_weightless), engine.packed_modules()
     assert weights_hash(engine.read_state(base)) == weights_hash(base)
     _assert_kernels_compute_with(engine, base, base)
     params = GenerationParams(max_new_tokens=8)
