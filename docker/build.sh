@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds p2prl's images where a Docker Engine runs, also with no image registry reachable:
 #   bash docker/build.sh cpu     -> p2prl:cpu
+#   bash docker/build.sh gpu     -> p2prl:gpu (vLLM's CUDA build; built, and started without a GPU, anywhere)
 #   bash docker/build.sh base    -> only the base image (see below)
 #
 # Base image: the official python:3.11-slim-bookworm when it is present or can be pulled; otherwise
@@ -22,6 +23,7 @@ what=${1:-cpu}
 TAG=${P2PRL_TAG:-p2prl:$what}
 CACHE=${P2PRL_DOCKER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/p2prl/docker}
 OFFICIAL=python:3.11-slim-bookworm
+CUDA_OFFICIAL=nvidia/cuda:13.0.2-base-ubuntu24.04
 LOCAL_BASE=p2prl-base:bookworm
 SUITE=bookworm
 MIRROR=${P2PRL_DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -66,6 +68,24 @@ pick_base() {
     echo "$OFFICIAL"
   else
     say "$OFFICIAL cannot be pulled: using a debootstrap base"
+    local_base
+    echo "$LOCAL_BASE"
+  fi
+}
+
+pick_gpu_base() {
+  # The GPU image needs no CUDA toolkit in its base (torch's wheels carry the CUDA runtime, the
+  # NVIDIA container toolkit mounts the driver): NVIDIA's CUDA base when present or pullable, else
+  # the debootstrap one. P2PRL_CUDA_IMAGE=<image> forces a base, P2PRL_CUDA_IMAGE=local the debootstrap one.
+  case "${P2PRL_CUDA_IMAGE:-}" in
+    local) local_base; echo "$LOCAL_BASE"; return ;;
+    "") ;;
+    *) echo "$P2PRL_CUDA_IMAGE"; return ;;
+  esac
+  if have_image "$CUDA_OFFICIAL" || timeout 60 "$DOCKER" pull -q "$CUDA_OFFICIAL" >/dev/null 2>&1; then
+    echo "$CUDA_OFFICIAL"
+  else
+    say "$CUDA_OFFICIAL cannot be pulled: using a debootstrap base (the CUDA runtime comes with torch's wheels)"
     local_base
     echo "$LOCAL_BASE"
   fi
@@ -116,8 +136,15 @@ case "$what" in
     "$DOCKER" image ls "$TAG" --format '{{.Repository}}:{{.Tag}} {{.Size}}'
     ;;
   gpu)
-    # Needs the CUDA base from a registry; not buildable where none is reachable.
-    "$DOCKER" build -f docker/Dockerfile.gpu -t "$TAG" .
+    base=$(pick_gpu_base)
+    vllm=$(sed -n 's/^vllm = \["vllm==\([^"]*\)".*/\1/p' pyproject.toml)
+    [ -n "$vllm" ] || { say "no vllm pin in pyproject.toml's vllm extra"; exit 1; }
+    secret=()
+    [ -s "$CA" ] && secret=(--secret "id=ca,src=$CA")
+    say "building $TAG on $base (vLLM $vllm and its CUDA torch from the package index: several GB, once)"
+    "$DOCKER" build -f docker/Dockerfile.gpu -t "$TAG" --build-arg "CUDA_IMAGE=$base" \
+      --build-arg "VLLM_VERSION=$vllm" "${secret[@]}" .
+    "$DOCKER" image ls "$TAG" --format '{{.Repository}}:{{.Tag}} {{.Size}}'
     ;;
   *) echo "usage: $0 cpu|gpu|base" >&2; exit 2 ;;
 esac

@@ -127,5 +127,6 @@ case "$cmd" in
     docker_engine
     exec python -m pytest -q -p no:cacheprovider "$@" ;;
   shell) exec "${SHELL:-bash}" ;;
+  gpu-check) exec bash scripts/gpu-check.sh "$@" ;;  # the GPU check (docs/VOLUNTEER.md), in this environment
   *) echo "usage: $0 demo|test [--fast]|shell [ARGS]" >&2; exit 2 ;;
 esac

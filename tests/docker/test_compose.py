@@ -172,7 +172,7 @@ def test_valid_against_the_compose_specification(compose: dict[str, Any]) -> Non
 
 def test_services_and_roles(compose: dict[str, Any]) -> None:
     svcs = services(compose)
-    assert {"minio", "bucket", "init"} <= set(svcs)
+    assert {"s3", "bucket", "init"} <= set(svcs)
     roles: dict[str, int] = {}
     for svc in node_services(compose).values():
         cfg = node_config(svc)
@@ -295,7 +295,9 @@ def test_genesis_points_at_the_compose_services(compose: dict[str, Any]) -> None
     assert init_env["TRAINER_IP"] == ip
     assert boot.replace("$TRAINER_IP", ip).startswith(f"/ip4/{ip}/tcp/{listen_port}/p2p/")
     assert trainer_name == "trainer"
-    assert opts["s3_endpoint"] == "http://minio:9000"
+    s3_port = services(compose)["s3"]["command"][services(compose)["s3"]["command"].index("--port") + 1]
+    assert opts["s3_endpoint"] == f"http://s3:{s3_port}"
+    assert env_of(svcs["bucket"])["S3_ENDPOINT"] == opts["s3_endpoint"]
     bucket = opts["s3_bucket"].replace("$BUCKET", init_env["BUCKET"])
     assert bucket == env_of(svcs["bucket"])["BUCKET"]
     assert opts["out"] == "/genesis/genesis.json"
@@ -313,7 +315,7 @@ def test_shell_scripts_parse(compose: dict[str, Any]) -> None:
                 )
                 assert proc.returncode == 0, f"{name}: {proc.stderr}"
                 scripts += 1
-    assert scripts >= 2
+    assert scripts >= 1
     broken = subprocess.run(["/bin/sh", "-n", "-c", "if true; then echo"], capture_output=True, timeout=10)
     assert broken.returncode != 0
 
@@ -350,22 +352,135 @@ def test_wiring(compose: dict[str, Any]) -> None:
         long_running = "profiles" not in svc and name not in ("init", "bucket")
         if long_running:
             assert svc.get("healthcheck", {}).get("test"), f"{name} needs a healthcheck"
-    assert "ports" not in svcs["minio"]
+    assert "ports" not in svcs["s3"], "the S3 endpoint has no access control: never publish it"
     for svc in node_services(compose).values():
         deps = svc["depends_on"]
         assert deps["init"]["condition"] == "service_completed_successfully"
         assert deps["bucket"]["condition"] == "service_completed_successfully"
-    assert svcs["bucket"]["depends_on"]["minio"]["condition"] == "service_healthy"
-    # only the trainer writes to S3; the others get the read-only user that `bucket` creates
-    bucket_env = env_of(svcs["bucket"])
+        assert node_config(svc).s3_endpoint == env_of(svcs["bucket"])["S3_ENDPOINT"]
+    assert svcs["bucket"]["depends_on"]["s3"]["condition"] == "service_healthy"
+    # only the trainer signs S3 requests (it writes the mirror); the others read the public bucket
     for svc in node_services(compose).values():
-        env = env_of(svc)
-        if node_config(svc).role == "trainer":
-            assert env["AWS_ACCESS_KEY_ID"] == env_of(svcs["minio"])["MINIO_ROOT_USER"]
-        else:
-            assert env["AWS_ACCESS_KEY_ID"] == bucket_env["READER"]
-            assert env["AWS_SECRET_ACCESS_KEY"] == bucket_env["READER_SECRET"]
-    assert "readonly" in " ".join(svcs["bucket"]["command"])
+        assert node_config(svc).s3_sign == (node_config(svc).role == "trainer")
+    assert "public_read_policy" in " ".join(svcs["bucket"]["command"])
+
+
+def test_no_image_from_a_registry(compose: dict[str, Any]) -> None:
+    """Every service runs p2prl's own image, built from this repository: `up` works where no registry
+    (Docker Hub) is reachable."""
+    for name, svc in services(compose).items():
+        assert is_p2prl_image(svc), f"{name} runs {svc['image']}, which would be pulled from a registry"
+        assert svc["image"] == services(compose)["init"]["image"]
+
+
+# What Compose 1.29 (Debian bookworm's docker-compose) accepts at the top level of a file without
+# `version:`; Compose v2 accepts these too (and `name:`, which 1.29 refuses).
+COMPOSE_129_TOP_LEVEL = {"version", "services", "networks", "volumes", "secrets", "configs"}
+
+
+def test_top_level_keys_compose_129_accepts() -> None:
+    raw = yaml.safe_load(COMPOSE.read_text())
+    extra = {k for k in raw if k not in COMPOSE_129_TOP_LEVEL and not k.startswith("x-")}
+    assert not extra, f"docker-compose 1.29 refuses the top-level keys {sorted(extra)}"
+
+
+@pytest.mark.parametrize(
+    "binary", [["docker-compose"], ["docker", "compose"]], ids=["compose-1", "compose-2"]
+)
+def test_compose_itself_accepts_the_file(binary: list[str], tmp_path: Path) -> None:
+    """The compose binaries installed here parse and interpolate the file (`config`), as `up` would."""
+    import shutil
+
+    if shutil.which(binary[0]) is None:
+        pytest.skip(f"{binary[0]} is not installed")
+    version = subprocess.run([*binary, "version"], capture_output=True, text=True, timeout=60)
+    if version.returncode != 0:
+        pytest.skip(f"{' '.join(binary)} is not available: {version.stderr.strip()[:200]}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("P2PRL_", "COMPOSE_"))}
+    proc = subprocess.run(
+        [*binary, "-f", str(COMPOSE), "config"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    resolved = yaml.safe_load(proc.stdout)
+    assert set(resolved["services"]) == set(services(interpolate(yaml.safe_load(COMPOSE.read_text()))))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_s3_service_and_bucket_script_run(compose: dict[str, Any], tmp_path: Path) -> None:
+    """The `s3` service's command serves S3 (its healthcheck passes), the `bucket` script makes the
+    bucket twice over (idempotent), and what the trainer writes signed, a node reads unsigned."""
+    import time
+
+    import boto3
+    from botocore import UNSIGNED
+    from botocore.config import Config
+
+    svcs = services(compose)
+    s3, bucket = svcs["s3"], svcs["bucket"]
+    port = _free_port()
+    args = [a.replace("0.0.0.0", "127.0.0.1") for a in s3["command"]]
+    args[args.index("--port") + 1] = str(port)
+    assert s3["entrypoint"][0] == "python"
+    server = subprocess.Popen(
+        [sys.executable, *s3["entrypoint"][1:], *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        probe = [
+            sys.executable if a == "python" else a.replace(":9000/", f":{port}/")
+            for a in s3["healthcheck"]["test"][1:]
+        ]
+        deadline = time.monotonic() + 60
+        while subprocess.run(probe, capture_output=True, timeout=30).returncode != 0:
+            assert server.poll() is None, "the S3 server exited"
+            assert time.monotonic() < deadline, "the S3 service never became healthy"
+            time.sleep(0.5)
+        env = {**os.environ, **env_of(bucket), "S3_ENDPOINT": f"http://127.0.0.1:{port}"}
+        assert bucket["entrypoint"] == ["python", "-c"]
+        for _ in range(2):
+            run = subprocess.run(
+                [sys.executable, "-c", bucket["command"][0]],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert run.returncode == 0, run.stderr
+        name = env["BUCKET"]
+        signed = boto3.client(
+            "s3",
+            endpoint_url=env["S3_ENDPOINT"],
+            region_name="us-east-1",
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        )
+        signed.put_object(Bucket=name, Key="k", Body=b"patch")
+        anon = boto3.client(
+            "s3",
+            endpoint_url=env["S3_ENDPOINT"],
+            region_name="us-east-1",
+            config=Config(signature_version=UNSIGNED),
+        )
+        assert anon.get_object(Bucket=name, Key="k")["Body"].read() == b"patch"
+        policy = json.loads(signed.get_bucket_policy(Bucket=name)["Policy"])
+        assert any(
+            st.get("Effect") == "Allow" and "s3:GetObject" in json.dumps(st) for st in policy["Statement"]
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 @pytest.mark.slow
@@ -400,5 +515,5 @@ def test_init_script_runs(compose: dict[str, Any], tmp_path: Path) -> None:
     trainer = load_identity(tmp_path / "keys" / "trainer" / "node.key")
     assert g.trainer == trainer.public_hex
     assert list(g.validators) == [load_identity(tmp_path / "keys" / "validator" / "node.key").public_hex]
-    assert g.s3 is not None and g.s3.bucket == env["BUCKET"] and g.s3.endpoint == "http://minio:9000"
+    assert g.s3 is not None and g.s3.bucket == env["BUCKET"] and g.s3.endpoint == "http://s3:9000"
     assert g.bootstrap == (f"/ip4/{env['TRAINER_IP']}/tcp/4001/p2p/{peer_id_for(trainer)}",)
