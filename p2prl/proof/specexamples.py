@@ -191,7 +191,9 @@ def render() -> str:
     payload = b"".join(bytes.fromhex(line.split()[0]) for line in payload_lines(batch))
     r0 = batch.groups[0].rollouts[0]
     leaf_in = (
-        b"p2prl-sketch-leaf" + struct.pack("<II", 0, 0) + r0.completion_ids.astype("<u4").tobytes()
+        b"p2prl-sketch-leaf"
+        + struct.pack("<II", 0, 0)
+        + r0.completion_ids.astype("<u4").tobytes()
         + r0.sketches.tobytes()
     )
     out = [

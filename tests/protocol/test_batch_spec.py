@@ -53,7 +53,9 @@ def test_projection_bits_are_msb_first_row_major() -> None:
     key = b"p2prl-fingerprint-v1" + bytes.fromhex(MANIFEST_HASH) + d.to_bytes(4, "big") + bytes([m])
     raw = blake3.blake3(key).digest(length=2)
     bits = [(raw[b // 8] >> (7 - b % 8)) & 1 for b in range(m * d)]
-    want = np.array([[1.0 if bits[r * d + c] else -1.0 for c in range(d)] for r in range(m)], dtype=np.float32)
+    want = np.array(
+        [[1.0 if bits[r * d + c] else -1.0 for c in range(d)] for r in range(m)], dtype=np.float32
+    )
     assert np.array_equal(projection(MANIFEST_HASH, d, m), want)
 
 
