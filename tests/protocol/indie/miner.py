@@ -251,7 +251,7 @@ class IndieMiner:
             raise ValueError("this miner knows the addition prompt in raw format only")
         self.task_name, self.digits = task["name"], task["params"].get("digits", 2)
         self.tok = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.bfloat16).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16).eval()
         self.deviation = deviation
         self.next_index: dict[int, int] = {}  # version -> next prompt index
 
