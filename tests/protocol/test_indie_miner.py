@@ -90,6 +90,7 @@ def test_honest_indie_batches_are_accepted(world) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_a_thousand_indie_rollouts_are_all_accepted(world) -> None:
     verdicts = mine_and_judge(world, 16, seed=b"k" * 32)
     total, rollouts, reasons = _accepted(verdicts)

@@ -261,36 +261,51 @@ class IndieMiner:
         return 1.0 if text == answer else 0.0
 
     @torch.no_grad()
-    def complete(
-        self, prompt_ids: list[int], manifest_hash: str, i: int, j: int
-    ) -> tuple[list[int], list[float], np.ndarray]:
-        """One completion (§11.3): token ids, behaviour logprobs, final-norm hidden states."""
-        if self.deviation is Deviation.REDRAWN:
-            j += self.group_size  # another sample's uniforms: a re-drawn sample
-        key = sample_key(manifest_hash, self.miner, i, j)
+    def complete_group(
+        self, prompt_ids: list[int], manifest_hash: str, i: int
+    ) -> list[tuple[list[int], list[float], np.ndarray]]:
+        """The group's completions (§11.3), its samples side by side in one batch (they share the prompt,
+        so no padding): per sample its token ids, behaviour logprobs and final-norm hidden states."""
+        g = self.group_size
+        shift = g if self.deviation is Deviation.REDRAWN else 0  # another sample's uniforms: re-drawn
+        keys = [sample_key(manifest_hash, self.miner, i, j + shift) for j in range(g)]
         temperature = self.temperature / 2 if self.deviation is Deviation.SHARPENED else self.temperature
         base, head = self.model.model, self.model.lm_head
-        out = base(input_ids=torch.tensor([prompt_ids]), use_cache=True)
-        ids: list[int] = []
-        lps: list[float] = []
-        hidden: list[np.ndarray] = []
+        out = base(input_ids=torch.tensor([prompt_ids] * g), use_cache=True)
+        ids: list[list[int]] = [[] for _ in range(g)]
+        lps: list[list[float]] = [[] for _ in range(g)]
+        hidden: list[list[np.ndarray]] = [[] for _ in range(g)]
+        done = [False] * g
         for t in range(self.max_new):
-            h = out.last_hidden_state[0, -1]
+            h = out.last_hidden_state[:, -1]
             logits = head(h)
-            tok = pick(logits, uniform(key, t), temperature, self.top_p)
-            ids.append(tok)
-            lps.append(behaviour_logprob(logits, tok, self.temperature, self.top_p))
-            hidden.append(h.float().numpy())
-            if tok in self.stops:
+            nxt = []
+            for r in range(g):
+                if done[r]:
+                    nxt.append(0)
+                    continue
+                tok = pick(logits[r], uniform(keys[r], t), temperature, self.top_p)
+                ids[r].append(tok)
+                lps[r].append(behaviour_logprob(logits[r], tok, self.temperature, self.top_p))
+                hidden[r].append(h[r].float().numpy())
+                done[r] = tok in self.stops
+                nxt.append(tok)
+            if all(done):
                 break
-            out = base(input_ids=torch.tensor([[tok]]), past_key_values=out.past_key_values, use_cache=True)
-        hid = np.stack(hidden)
-        if self.deviation is Deviation.FINGERPRINT_POSITION:
-            # the state that read each token, not the one that produced it
-            seq = torch.tensor([prompt_ids + ids])
-            full = base(input_ids=seq).last_hidden_state[0].float().numpy()
-            hid = full[len(prompt_ids) : len(prompt_ids) + len(ids)]
-        return ids, lps, hid
+            out = base(
+                input_ids=torch.tensor(nxt)[:, None], past_key_values=out.past_key_values, use_cache=True
+            )
+        res = []
+        for r in range(g):
+            hid = np.stack(hidden[r])
+            if self.deviation is Deviation.FINGERPRINT_POSITION:
+                # the state that read each token, not the one that produced it
+                full = (
+                    base(input_ids=torch.tensor([prompt_ids + ids[r]])).last_hidden_state[0].float().numpy()
+                )
+                hid = full[len(prompt_ids) : len(prompt_ids) + len(ids[r])]
+            res.append((ids[r], lps[r], hid))
+        return res
 
     def mine(self, version: int, manifest_hash: str, n_groups: int, network: str) -> tuple[bytes, bytes]:
         """The next batch of ``n_groups`` prompts at ``version``: (blob, signed announcement envelope)."""
@@ -300,8 +315,7 @@ class IndieMiner:
             prompt, answer = addition_problem(prompt_seed(manifest_hash, self.miner, i), self.digits)
             prompt_ids = self.tok.encode(prompt, add_special_tokens=False).ids
             rollouts = []
-            for j in range(self.group_size):
-                ids, lps, hid = self.complete(prompt_ids, manifest_hash, i, j)
+            for ids, lps, hid in self.complete_group(prompt_ids, manifest_hash, i):
                 text = self.tok.decode(ids, skip_special_tokens=True)
                 rollouts.append(Rollout(ids, lps, self.reward(answer, text), sketch(hid, manifest_hash)))
             groups.append(Group(i, prompt_ids, rollouts))
