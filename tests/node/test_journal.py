@@ -72,3 +72,26 @@ def test_journal_setting_is_bounded_below() -> None:
     with pytest.raises(ConfigError, match="journal_bytes"):
         load_config(env={"P2PRL_JOURNAL_BYTES": "10", "P2PRL_NETWORK": "g"})
     assert load_config(env={"P2PRL_JOURNAL_BYTES": "65536", "P2PRL_NETWORK": "g"}).journal_bytes == 1 << 16
+
+
+def test_a_node_started_with_journal_bytes_journals_what_it_publishes(make_net) -> None:
+    """The hook: build_runtime wraps the libp2p host when --journal-bytes is set, and only then."""
+    from p2prl.node.journal import JournaledPort
+    from p2prl.node.startup import build_runtime
+
+    net = make_net()
+    rt = build_runtime(net.config("validator", journal_bytes=1 << 20))
+    try:
+        assert isinstance(rt.net, JournaledPort)
+        ref = blob_ref_for(b"a batch")
+        verdict = Verdict(ref.id, "ab" * 32, 0, (GroupVerdict(0, False, "sampling"),), announcement="ef" * 32)
+        assert rt.publish("verdicts", verdict)
+        (rec,) = read_journal(rt.config.data_dir / "journal")
+        assert (rec["dir"], rec["type"], rec["blob_id"]) == ("out", "verdict", ref.id)
+    finally:
+        rt.net.stop()
+    plain = build_runtime(net.config("miner1"))
+    try:
+        assert not isinstance(plain.net, JournaledPort) and not (plain.config.data_dir / "journal").exists()
+    finally:
+        plain.net.stop()
