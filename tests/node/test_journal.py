@@ -34,7 +34,9 @@ def test_announcements_and_verdicts_in_and_out_are_journaled(tmp_path: Path) -> 
     ref = blob_ref_for(b"a batch")
     ann = encode_message(miner, "net", RolloutAnnouncement(3, "ab" * 32, ref, 8, "cd" * 32))
     m_port.publish(topic("net", "rollouts"), ann)
-    m_port.publish(topic("net", "heartbeats"), encode_message(miner, "net", Heartbeat("miner", 3, "p", (), (), {})))
+    m_port.publish(
+        topic("net", "heartbeats"), encode_message(miner, "net", Heartbeat("miner", 3, "p", (), (), {}))
+    )
     got = v_port.poll(timeout=1.0)
     assert [i.envelope.type for i in got] == ["rollout_announcement", "heartbeat"]
     verdict = Verdict(ref.id, miner.public_hex, 3, (GroupVerdict(0, True, "ok"),), announcement="ef" * 32)
