@@ -106,3 +106,35 @@ def test_each_deviation_is_rejected_with_the_spec_reason(world, deviation, reaso
     (bv,) = mine_and_judge(world, 1, getattr(indie.Deviation, deviation))
     assert bv.hard_failure and reason in bv.reasons(), bv.reasons()
     assert not bv.valid_groups
+
+
+def test_the_indie_miner_draws_what_p2prls_miner_draws(world) -> None:
+    """§10 and §11.4 are exact enough to reproduce p2prl's own miner bit for bit: same tokens, same
+    float32 logprobs, same sketches (both run one group's samples side by side, as the spec allows)."""
+    import numpy as np
+
+    from p2prl.proof import mine_batch
+    from p2prl.rl import HFEngine
+
+    path, genesis, model, tok, task, mh, vcfg = world
+    gen = vcfg.generation
+    miner = indie.IndieMiner(path, genesis, b"c" * 32)
+    params = GenerationParams(gen.max_new_tokens, gen.temperature, gen.top_p)
+    ours = mine_batch(
+        HFEngine(model, tok, max_batch=gen.group_size), task, 0, mh, miner.miner, [0, 1], 8, params
+    )
+    same = 0
+    for g in ours.batch.groups:
+        prompt, _ = indie.addition_problem(
+            indie.prompt_seed(mh, miner.miner, g.index), genesis["task"]["params"]["digits"]
+        )
+        assert miner.tok.encode(prompt, add_special_tokens=False).ids == g.prompt_ids.tolist()
+        for r, (ids, lps, hid) in zip(
+            g.rollouts, miner.complete_group(g.prompt_ids.tolist(), mh, g.index), strict=True
+        ):
+            same += (
+                r.completion_ids.tolist() == ids
+                and np.array_equal(r.logprobs, np.array(lps, dtype=np.float32))
+                and np.array_equal(r.sketches, indie.sketch(hid, mh))
+            )
+    assert same == 16
