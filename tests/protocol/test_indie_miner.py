@@ -121,7 +121,14 @@ def test_the_indie_miner_draws_what_p2prls_miner_draws(world) -> None:
     miner = indie.IndieMiner(path, genesis, b"c" * 32)
     params = GenerationParams(gen.max_new_tokens, gen.temperature, gen.top_p)
     ours = mine_batch(
-        HFEngine(model, tok, max_batch=gen.group_size), task, 0, mh, miner.miner, [0, 1], 8, params
+        HFEngine(model, tok, max_batch=gen.group_size),
+        task,
+        0,
+        mh,
+        miner.miner,
+        [0, 1],
+        gen.group_size,
+        params,
     )
     same = 0
     for g in ours.batch.groups:
