@@ -9,7 +9,7 @@ import sys
 import typer
 
 from p2prl import __version__
-from p2prl.cli import bench, keys, net, node, patch, rl, testbed
+from p2prl.cli import bench, keys, net, node, patch, rl, testbed, verify
 from p2prl.cli.noise import quiet_dependencies
 from p2prl.cli.status import status
 
@@ -31,6 +31,7 @@ app.add_typer(testbed.app, name="testbed")
 app.command("peers")(net.peers)
 app.command("train-local")(rl.train_local)
 app.command("status")(status)
+app.command("verify-batch")(verify.verify_batch)
 node.register(app)
 
 

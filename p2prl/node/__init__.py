@@ -10,6 +10,7 @@ from p2prl.lazyexports import lazy_exports
 if TYPE_CHECKING:
     from p2prl.node.config import ENV_PREFIX, ConfigError, NodeConfig, load_config
     from p2prl.node.genesis import GenesisError, read_genesis, write_genesis
+    from p2prl.node.journal import JOURNAL_DIR, find_envelopes
     from p2prl.node.netinit import (
         NetworkSpec,
         describe_model,
@@ -19,18 +20,22 @@ if TYPE_CHECKING:
     )
     from p2prl.node.role import NodeStartError
     from p2prl.node.run import run_node
+    from p2prl.node.validator import position_secret
 
 __all__ = [
     "ENV_PREFIX",
+    "JOURNAL_DIR",
     "ConfigError",
     "GenesisError",
     "NetworkSpec",
     "NodeConfig",
     "NodeStartError",
     "describe_model",
+    "find_envelopes",
     "genesis_from_spec",
     "init_network",
     "load_config",
+    "position_secret",
     "read_genesis",
     "run_node",
     "spec_warnings",

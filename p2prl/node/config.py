@@ -69,6 +69,10 @@ class NodeConfig:
     store_max_bytes: int = field(
         default=8 * 1024**3, metadata={"help": "Bound on the local blob store (patches, anchors, rollouts)."}
     )
+    journal_bytes: int = field(
+        default=0,
+        metadata={"help": "Journal signed announcements, verdicts, scores in and out (<data-dir>/journal; 0: off)."},
+    )
     model_cache: Path | None = field(
         default=None, metadata={"help": "Where the base model is built/cached; default <data-dir>/model."}
     )
@@ -224,6 +228,8 @@ class NodeConfig:
             raise ConfigError(f"engine must be auto, hf or vllm, not {self.engine!r}")
         if not -1 <= self.status_port <= 65535:
             raise ConfigError("status_port must be -1..65535")
+        if self.journal_bytes < 0 or 0 < self.journal_bytes < 1 << 16:
+            raise ConfigError("journal_bytes must be 0 (off) or at least 65536")
         for name in (
             "store_max_bytes",
             "keep_versions",

@@ -8,6 +8,7 @@ from p2prl.crypto import Identity, KeyFileError, load_or_create_identity
 from p2prl.net import topic
 from p2prl.node.config import NodeConfig
 from p2prl.node.genesis import GenesisError, SignedGenesis, pin_genesis, read_genesis
+from p2prl.node.journal import journaled
 from p2prl.node.netsettings import local_network_hint, net_config
 from p2prl.node.role import NodeStartError
 from p2prl.node.runtime import NodeRuntime
@@ -65,5 +66,7 @@ def build_runtime(cfg: NodeConfig) -> NodeRuntime:
         "heartbeats",
     ):
         net.subscribe(topic(sg.network_id, t))
+    if cfg.journal_bytes > 0:  # announcements, verdicts and scores in and out, kept on disk
+        return NodeRuntime(cfg, sg, identity, store, journaled(net, cfg.data_dir, cfg.journal_bytes), status)
     return NodeRuntime(cfg, sg, identity, store, net, status)
 

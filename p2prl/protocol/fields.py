@@ -84,3 +84,17 @@ def bool_field(body: dict[str, Any], key: str) -> bool:
     if not isinstance(v, bool):
         raise bad_body(f"{key} must be a boolean")
     return v
+
+
+def is_multiaddr(text: str) -> bool:
+    """Whether ``text`` is a multiaddr in its canonical text form (what the ``multiaddr`` library parses
+    and writes back unchanged): ``/ip4/192.0.2.1/tcp/4001/p2p/<peer id>``, not ``hello``."""
+    import multiaddr  # a dependency of libp2p; imported here, where a genesis is parsed
+    from multiaddr.exceptions import Error as MultiaddrError
+
+    if not text.startswith("/"):
+        return False
+    try:
+        return str(multiaddr.Multiaddr(text)) == text
+    except (MultiaddrError, ValueError, TypeError, KeyError, IndexError):
+        return False

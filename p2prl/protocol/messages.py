@@ -28,6 +28,7 @@ from p2prl.protocol.fields import (
     hex_field,
     int_field,
     is_hex,
+    is_multiaddr,
     list_field,
     req,
     str_field,
@@ -115,7 +116,7 @@ class Genesis:
             if not is_hex(v, 32):
                 raise bad_body("validators must be hex public keys")
         bootstrap = list_field(b, "bootstrap", 64)
-        if not all(isinstance(a, str) and len(a) < 512 for a in bootstrap):
+        if not all(isinstance(a, str) and len(a) < 512 and is_multiaddr(a) for a in bootstrap):
             raise bad_body("bootstrap must be multiaddr strings")
         s3 = req(b, "s3")
         return cls(

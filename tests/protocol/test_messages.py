@@ -241,6 +241,20 @@ def test_genesis_refuses_what_the_spec_calls_wrong():
             Genesis.from_body(body)
 
 
+@pytest.mark.parametrize("addr", ["hello", "", "ip4/192.0.2.1/tcp/4001", "/ip4/192.0.2.1/tcp/99999", "/ip4/192.0.2.1/tcp/01"])
+def test_genesis_bootstrap_entries_must_be_multiaddrs(addr):
+    """A ``bootstrap`` entry that is no multiaddr in its canonical text (``"hello"``, a port out of
+    range, a non-canonical port) is refused as ``bad_body``: nodes dial these forever."""
+    from p2prl.protocol.examples import examples
+    from p2prl.protocol.messages import Genesis, MessageError
+
+    good = next(ex.message for ex in examples() if isinstance(ex.message, Genesis)).to_body()
+    Genesis.from_body(dict(good, bootstrap=["/ip4/192.0.2.1/tcp/4001", "/dns4/boot.example/tcp/1"]))
+    with pytest.raises(MessageError) as e:
+        decode_message(seal(TRAINER, good["network_id"], "genesis", dict(good, bootstrap=[addr])), good["network_id"])
+    assert e.value.reason == "bad_body"
+
+
 def test_is_hex_is_whole_lowercase_and_sized() -> None:
     assert is_hex(H, 32) and is_hex("") and is_hex("00ff")
     for bad in ("AB" * 32, H + "\n", H[:-1], "0g", "abc", None, 7, b"ab"):
