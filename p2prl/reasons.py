@@ -155,6 +155,7 @@ class NodeDrop(StrEnum):
     FETCH_QUEUE_FULL = "fetch_queue_full"
     STALE_ROLLOUTS = "stale_rollouts"
     VETOED_ROLLOUTS = "vetoed_rollouts"
+    BARRED_ROLLOUTS = "barred_rollouts"  # groups of a key barred from training after a hard failure
     # manifests and heartbeats
     MANIFEST = "manifest"
     S3_MANIFEST = "s3_manifest"

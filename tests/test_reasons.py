@@ -25,7 +25,7 @@ WIRE = {
     "copied fingerprint logprob distribution_batch sampling",
     NodeDrop: "duplicate_announcement known_unfetchable signer_quota validator_queue_full "
     "validator_queue_evicted verdict_signer verdict_veto verdict_after_decision verdict_unknown_blob "
-    "verdict_mismatch fetch_queue_full stale_rollouts vetoed_rollouts manifest s3_manifest "
+    "verdict_mismatch fetch_queue_full stale_rollouts vetoed_rollouts barred_rollouts manifest s3_manifest "
     "heartbeat_peer_mismatch",
     PatchReason: "malformed unsupported wrong_base hash_mismatch bad_manifest unavailable bad_input",
 }

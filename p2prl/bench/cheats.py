@@ -1,7 +1,12 @@
-"""``p2prl bench cheats``: one table, case → accepted/n, judged by a validator at node defaults.
+"""``p2prl bench cheats``: one table, case → accepted/n, judged by a validator at node defaults
+and at a vLLM network's settings.
 
-The validator is what ``p2prl node --role validator`` runs with no proof flags: tolerances calibrated
-on its own engine at start, every rollout recomputed, the sampling check on. Every case is a real miner
+The ``node`` column's validator is what ``p2prl node --role validator`` runs with no proof flags:
+tolerances calibrated on its own engine at start, every rollout recomputed, the sampling check on.
+The ``vllm`` column's is what ``p2prl demo --engine vllm`` and docs/OPERATOR.md give validators of
+miners on another engine or device: ``--no-calibrate-tolerances``, the fixed cross-engine defaults of
+``ValidatorConfig``. The attacks of ``bench.attacks`` (steering inside the margin, a payload nobody
+recomputed, copy front-running, key grinding, a group dropped at will) add what they gained. Every case is a real miner
 built from the same parts with one thing changed: cheaper weights (int8, fp8, a low-rank perturbation),
 older versions, another model of the same shape, a sharpened sampler that still reports honest T=1
 logprobs and hidden states, a batch re-drawn N times with the best kept, or the best samples of a
@@ -18,6 +23,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from p2prl.bench.attacks import (
+    Ctx,
+    Outcome,
+    copy_front_running,
+    key_grinding,
+    payload_unrecomputed,
+    soft_drop,
+    steer_in_margin,
+)
 from p2prl.bench.proof import (
     GROUP_SIZE,
     TOLERANCES,
@@ -51,7 +65,14 @@ CASES = (
     "greedy",
     *(f"best_of_{n}" for n in BEST_OF),
     "best_of_samples",
+    "steer_in_margin",
+    "payload_unrecomputed",
+    "copy_front_running",
+    "key_grinding_64",
+    "soft_drop",
 )
+COLUMNS = ("node", "vllm")
+ATTACKER = bytes(range(96, 128))  # copy front-running's second key
 
 
 def fp8_round_trip(model: Any) -> Any:
@@ -126,8 +147,10 @@ def run(
     train_steps: int = 8,
     lr: float | None = None,
     log: Callable[[str], None] = print,
+    columns: tuple[str, ...] = COLUMNS,
+    cases: tuple[str, ...] = CASES,
 ) -> dict[str, Any]:
-    """Every case of :data:`CASES` at node defaults; returns the table, tolerances and timings."""
+    """Every case of ``cases`` in every column of ``columns``; returns the tables, tolerances and timings."""
     from p2prl.rl.local import DEFAULT_LR
 
     setup = setups(cache_dir, ("tiny",))[0]
@@ -140,9 +163,10 @@ def run(
         generation=generation_spec(params, groups_per_batch=GROUPS_PER_BATCH), max_staleness=max(STALE_KS)
     )
     t0 = time.perf_counter()
-    cfg, drift = calibrate(model, setup.tokenizer, setup.task, params, mh, base)
+    calibrated, drift = calibrate(model, setup.tokenizer, setup.task, params, mh, base)
     calibrate_s = time.perf_counter() - t0
     log(f"calibrated in {calibrate_s:.1f} s: {drift}")
+    configs = {"node": calibrated, "vllm": base}
     n_batches = max(1, -(-rollouts // (GROUP_SIZE * GROUPS_PER_BATCH)))
     gen_s = verify_s = 0.0
     next_index = [0]
@@ -200,30 +224,59 @@ def run(
         **{f"best_of_{n}": (lambda n=n: best_of(n)) for n in BEST_OF},
         "best_of_samples": best_samples,
     }
-    table = []
-    for case in CASES:
-        n = acc = 0
-        reasons: dict[str, int] = {}
-        for _ in range(n_batches):
-            t1 = time.perf_counter()
-            prepared = variants[case]()
-            t2 = time.perf_counter()
-            v = RolloutValidator.for_model(model, setup.tokenizer, setup.task, cur, mh, config=cfg)
-            verdict = v.check(prepared.announcement, MINER, prepared.blob, cur)
-            t3 = time.perf_counter()
-            if case == "honest":
-                gen_s += t2 - t1
-                verify_s += t3 - t2
-            n += prepared.batch.n_rollouts
-            acc += verdict.accepted_rollouts
-            for r, c in verdict.reasons().items():
-                reasons[str(r)] = reasons.get(str(r), 0) + c
-        table.append({"case": case, "n": n, "accepted": acc, "reasons": reasons})
-        log(f"  {case:18s} {acc:4d}/{n:<4d} {reasons}")
-    tol = {k: getattr(cfg, k) for k in TOLERANCES}
+    attacks: dict[str, Callable[[Ctx], Outcome]] = {
+        "steer_in_margin": steer_in_margin,
+        "payload_unrecomputed": payload_unrecomputed,
+        "copy_front_running": lambda c: copy_front_running(c, ATTACKER),
+        "key_grinding_64": key_grinding,
+        "soft_drop": soft_drop,
+    }
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for column in columns:
+        cfg = configs[column]
+        ctx = Ctx(setup, model, cur, mh, MINER, cfg, indices, GROUP_SIZE)
+        log(f"{column}: {_tolerances(cfg)}")
+        table = tables[column] = []
+        for case in cases:
+            row: dict[str, Any] = {"case": case, "n": 0, "accepted": 0, "reasons": {}, "hard": 0, "batches": 0}
+            gains: list[float] = []
+            for _ in range(n_batches):
+                t1 = time.perf_counter()
+                if case in attacks:
+                    out = attacks[case](ctx)
+                else:
+                    prepared = variants[case]()
+                    t2 = time.perf_counter()
+                    v = RolloutValidator.for_model(model, setup.tokenizer, setup.task, cur, mh, config=cfg)
+                    verdict = v.check(prepared.announcement, MINER, prepared.blob, cur)
+                    t3 = time.perf_counter()
+                    if case == "honest" and column == columns[0]:
+                        gen_s += t2 - t1
+                        verify_s += t3 - t2
+                    out = Outcome(
+                        prepared.batch.n_rollouts, verdict.accepted_rollouts, verdict.reasons(), verdict.hard_failure
+                    )
+                row["batches"] += 1
+                row["n"] += out.n
+                row["accepted"] += out.accepted
+                row["hard"] += int(out.hard)
+                for r, c in out.reasons.items():
+                    row["reasons"][str(r)] = row["reasons"].get(str(r), 0) + c
+                if out.gain is not None:
+                    gains.append(out.gain)
+                if out.trained is not None:
+                    row["trained"] = row.get("trained", 0) + out.trained
+                for k, x in out.extra.items():
+                    row.setdefault("extra", {})[k] = row.get("extra", {}).get(k, 0.0) + x
+            if gains:
+                row["gain"] = float(sum(gains) / len(gains))
+            table.append(row)
+            more = "".join(f" {k}={row[k]:.3g}" for k in ("gain", "trained") if k in row)
+            log(f"  {case:20s} {row['accepted']:4d}/{row['n']:<4d} hard {row['hard']}/{row['batches']}{more} {row['reasons']}")
     return {
-        "cases": table,
-        "tolerances": tol,
+        "columns": tables,
+        "cases": tables[columns[0]],
+        "tolerances": {c: _tolerances(configs[c]) for c in columns},
         "calibration": drift,
         "calibrate_s": calibrate_s,
         "generate_s": gen_s,
@@ -233,3 +286,7 @@ def run(
         "lr": lr or DEFAULT_LR,
         "rollouts_per_case": n_batches * GROUP_SIZE * GROUPS_PER_BATCH,
     }
+
+
+def _tolerances(cfg: ValidatorConfig) -> dict[str, float]:
+    return {k: getattr(cfg, k) for k in TOLERANCES}

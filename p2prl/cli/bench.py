@@ -185,21 +185,35 @@ def bench_cheats(
     rollouts: int = typer.Option(256, "--rollouts", min=128, help="Rollouts per case (batches of 128)."),
     train_steps: int = typer.Option(8, "--train-steps", min=8, help="GRPO-shaped steps before the cases."),
     cache_dir: Path = typer.Option(_CACHE, "--cache-dir", help="Where the default model is built (env P2PRL_CACHE)."),
+    columns: str = typer.Option(
+        "node,vllm", "--columns", help="Validator settings: node (calibrated defaults), vllm (cross-engine defaults)."
+    ),
+    cases: str = typer.Option("", "--cases", help="Comma list of cases (default: all)."),
 ) -> None:
-    """Each cheat (cheaper or older weights, sharpened samplers, re-drawn batches) against a validator at node defaults."""
-    from p2prl.bench.cheats import run
+    """Each cheat (cheaper or older weights, sharpened samplers, re-drawn batches, steering inside the
+    margin, unrecomputed payloads, copy front-running, key grinding, drops at will) against a
+    validator at node defaults and at a vLLM network's settings."""
+    from p2prl.bench.cheats import CASES, COLUMNS, run
 
     def log(msg: str) -> None:
         if not as_json:
             typer.echo(msg)
 
-    result = run(cache_dir, rollouts, train_steps, log=log)
+    cols = tuple(c for c in columns.split(",") if c)
+    chosen = tuple(c for c in cases.split(",") if c) or CASES
+    bad = [c for c in cols if c not in COLUMNS] + [c for c in chosen if c not in CASES]
+    if bad:
+        raise typer.BadParameter(f"unknown: {', '.join(bad)}")
+    result = run(cache_dir, rollouts, train_steps, log=log, columns=cols, cases=chosen)
     if as_json:
         typer.echo(json.dumps(result, sort_keys=True, default=float))
         return
-    typer.echo(f"\n{'case':18s} {'accepted/n':>12s}")
-    for c in result["cases"]:
-        typer.echo(f"{c['case']:18s} {c['accepted']:>5d}/{c['n']:<6d}")
+    for col, table in result["columns"].items():
+        typer.echo(f"\n{col}: {'case':20s} {'accepted/n':>12s} {'gain':>6s} {'trained':>8s}")
+        for c in table:
+            gain = f"{c['gain']:.2f}" if "gain" in c else "-"
+            trained = str(c["trained"]) if "trained" in c else "-"
+            typer.echo(f"{'':{len(col) + 2}s}{c['case']:20s} {c['accepted']:>5d}/{c['n']:<6d} {gain:>6s} {trained:>8s}")
     typer.echo(f"verify time / generation: {result['verify_fraction']:.1%}")
 
 

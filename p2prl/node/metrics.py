@@ -74,6 +74,8 @@ _DECLARED: list[Metric] = [
     Metric("rollouts_consumed", C, "Rollouts the trainer took into its replay buffer."),
     Metric("verdicts_received", C, "Validator verdicts the trainer received."),
     Metric("verdict_vetoes", C, "Batches a validator's hard failure vetoed."),
+    Metric("keys_barred", L, "Miner keys barred from training after a hard failure, by why."),
+    Metric("rollouts_unverified", C, "Rollouts the trainer's token check left out of a step."),
     Metric("s3_versions_mirrored", C, "Versions mirrored to the S3 bucket."),
     Metric("blobs_retired", C, "Blobs dropped by the trainer's retention."),
     Metric("rollout_fetch_failed", L, "Rollout batches the trainer could not fetch, by reason."),

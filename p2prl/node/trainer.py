@@ -45,7 +45,8 @@ class Trainer:
         model, self.tok, base, _ = base_model(env, strict=True)
         publish_model_files(env)
         task_of(env)  # rewards come from miners, but a trainer on a task it cannot build stops here
-        grpo_cfg = GRPOConfig(temperature=generation_params(env).temperature)
+        gen = generation_params(env)
+        grpo_cfg = GRPOConfig(temperature=gen.temperature, top_p=gen.top_p)
         if cfg.lr > 0:  # 0: the RL default
             grpo_cfg = replace(grpo_cfg, lr=cfg.lr)
         # under torchrun: rank 0's handle on the learner sharded over all ranks (p2prl.rl.distributed)
@@ -78,6 +79,7 @@ class Trainer:
             self.paused,
             lambda: self.version,
             lambda: self.publisher.last_publish,
+            self.intake.bar,
         )
         env.status.set(version=self.version, trainer_version=self.version, sync_state="training")
         self.publisher.record_head()

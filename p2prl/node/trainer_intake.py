@@ -4,6 +4,11 @@ The pump thread hands it announcements and the genesis validators' verdicts (hel
 ``intake.Intake``: per signer, bounded; a hard failure from any one validator vetoes); the fetch
 threads take each released blob from the swarm, decode it strictly and put the accepted groups
 into the buffer (a blob is consumed once, whatever the number of verdicts).
+
+A key with a hard failure loses its training share, not only its score: a veto from any genesis
+validator, or a rollout the learner's own token check rejected (``rl.verify``: its tokens do not
+follow their public uniforms), bars the key (``bar``) for ``BAR_VERSIONS`` versions: its groups
+leave the buffer and its later blobs are not used (``barred_rollouts``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from p2prl.lru import LRU
 from p2prl.net import Incoming
 from p2prl.node.intake import Intake
 from p2prl.node.role import RoleEnv
@@ -27,6 +33,8 @@ log = logging.getLogger(__name__)
 
 FETCH_QUEUE = 256
 FETCH_THREADS = 4
+BAR_VERSIONS = 8  # as long as a hard failure zeroes a validator's score window
+MAX_BARRED = 1 << 16
 
 
 def batch_to_groups(data: bytes, accepted: set[int], miner_hex: str, version: int) -> list[RolloutGroup]:
@@ -58,6 +66,23 @@ class RolloutIntake:
         self.policy = Intake(len(env.genesis.validator_keys), HARD_FAILURES)
         self.lock = threading.Lock()
         self.fetch_q: queue.Queue[tuple[RolloutAnnouncement, str, set[int], str]] = queue.Queue(FETCH_QUEUE)
+        self.barred: LRU[str, int] = LRU(MAX_BARRED)  # miner key (hex) -> last version it is barred for
+
+    def bar(self, miner: str, reason: str) -> None:
+        """Bar ``miner`` from training for ``BAR_VERSIONS`` versions: its buffered groups go now."""
+        with self.lock:
+            self.barred[miner] = self.version() + BAR_VERSIONS
+        with self.buffer_lock:
+            dropped = self.buffer.drop_miner(miner)
+        self.env.status.incr_label("keys_barred", reason)
+        if dropped:
+            self.env.status.incr_label("dropped", NodeDrop.BARRED_ROLLOUTS, dropped)
+        log.info("miner %s barred from training (%s): %d groups dropped", miner[:12], reason, dropped)
+
+    def is_barred(self, miner: str) -> bool:
+        with self.lock:
+            until = self.barred.get(miner)
+        return until is not None and self.version() <= until
 
     # -- pump thread ------------------------------------------------------------------------
     def on_announcement(self, item: Incoming[RolloutAnnouncement]) -> None:
@@ -77,6 +102,7 @@ class RolloutIntake:
             why = self.policy.verdict(item.envelope.signer_hex, v, time.monotonic())
         if why == NodeDrop.VERDICT_VETO:
             self.env.status.incr("verdict_vetoes")
+            self.bar(v.miner, "verdict_veto")
         elif why is not None and why != NodeDrop.VERDICT_AFTER_DECISION:
             self.env.status.incr_label("dropped", why)
         self._release()
@@ -114,6 +140,9 @@ class RolloutIntake:
                 vetoed = self.policy.vetoed(miner, ann.blob.id)
             if vetoed:  # a hard failure arrived during the fetch
                 env.status.incr_label("dropped", NodeDrop.VETOED_ROLLOUTS)
+                continue
+            if self.is_barred(miner):
+                env.status.incr_label("dropped", NodeDrop.BARRED_ROLLOUTS, len(groups))
                 continue
             with self.buffer_lock:
                 for grp in groups:

@@ -60,6 +60,7 @@ class Learner:
         paused: threading.Event,
         version: Callable[[], int],
         published_at: Callable[[], float],
+        bar: Callable[[str, str], None] | None = None,
     ) -> None:
         self.env = env
         self.grpo = grpo
@@ -69,6 +70,7 @@ class Learner:
         self.paused = paused
         self.version = version
         self.published_at = published_at
+        self.bar = bar  # (miner key hex, why): a key whose rollout the step's token check rejected
         self.batch_groups = env.settings.train_batch_groups or env.g.generation.groups_per_batch
         self.steps = 0
         self._unpublished = False  # trained steps not yet handed to the publisher
@@ -98,7 +100,11 @@ class Learner:
         """One GRPO step on ``groups``; hands the new state to the publisher. False: nothing learned."""
         env = self.env
         t0 = time.monotonic()
+        version = self.version()
+        for g in groups:  # how far the policy has moved since: the token check's margin grows with it
+            g.extra["staleness"] = max(0, version - g.version)
         stats = self.grpo.step(groups)
+        self._report_rejected()
         self.steps += 1
         env.status.incr("train_steps")
         env.status.gauge("train_step_ms", (time.monotonic() - t0) * 1000)
@@ -111,6 +117,16 @@ class Learner:
         self._unpublished = True
         self._offer_state()
         return True
+
+    def _report_rejected(self) -> None:
+        """Rollouts the step left out because their tokens did not follow their public uniforms: a
+        proof of lying nobody else recomputed, so the key is barred as a validator's veto bars it."""
+        rejected = getattr(self.grpo, "rejected", None) or []
+        if rejected:
+            self.env.status.incr("rollouts_unverified", len(rejected))
+        if self.bar is not None:
+            for miner in sorted({r.miner for r in rejected}):
+                self.bar(miner, "unverified_tokens")
 
     def _offer_state(self) -> None:
         """Hand the newest trained state to the publisher if it is free and min_publish_s has passed."""

@@ -223,7 +223,10 @@ def rollout_group(batch: RolloutBatch, gi: int, problem: Any = None) -> Any:
     rolls = [
         Rollout(r.completion_ids.tolist(), r.logprobs.astype(float).tolist(), float(r.reward)) for r in g.rollouts
     ]
-    return RolloutGroup(g.prompt_ids.tolist(), rolls, batch.version, batch.miner.hex(), problem)
+    return RolloutGroup(
+        g.prompt_ids.tolist(), rolls, batch.version, batch.miner.hex(), problem, index=g.index,
+        manifest_hash=batch.manifest_hash,
+    )
 
 
 def rollout_leaf(group: int, rollout: int, r: RolloutRecord) -> bytes:

@@ -454,18 +454,39 @@ class RolloutValidator:
                 break
         return fp, (log_tails, n_tails), pos_errs, dists
 
-    def _rollout_reason(self, res: dict[str, float], copied_from_other: bool | None) -> str:
-        """One recomputed rollout's reason; ``copied_from_other`` is None unless it is a repeat."""
+    def _rollout_reason(self, res: dict[str, Any], copied_from_other: bool | None) -> str:
+        """One recomputed rollout's reason; ``copied_from_other`` is None unless it is a repeat.
+
+        Two reasons turn on whether the rollout follows its own public uniforms (``_follows``): an
+        unlikely rollout that does is bad luck (``distribution``, soft: the honest miner loses the
+        group once per 1/alpha rollouts), one that does not was chosen (``sampling``, hard: a miner
+        must not drop the groups it likes at will); and an unlikely repeat that does was drawn by
+        this miner, so whoever holds it first copied it (a copy is never charged to the miner whose
+        uniforms produced it: a copier judged first would otherwise make the victim's batch fail)."""
         cfg = self.config
         if res["fp_rollout"] > cfg.fingerprint_tol_rollout:
             return R.FINGERPRINT
         if res["lp_mean"] > cfg.logprob_tol_mean or res["lp_max"] > cfg.logprob_tol_max:
             return R.LOGPROB
         if res["dist_logp"] < math.log(cfg.distribution_alpha):
-            return R.DISTRIBUTION
+            # an honest rollout is this unlikely once per 1/alpha and misses independently of that
+            return R.DISTRIBUTION if self._follows(res, math.log(cfg.distribution_alpha)) else R.SAMPLING
         if copied_from_other is not None and res["seq_logprob"] < math.log(cfg.copy_max_prob):
+            if self._follows(res):
+                return R.OK
             return R.COPIED if copied_from_other else R.DUPLICATE
         return R.OK
+
+    def _follows(self, res: dict[str, Any], log_prior: float = 0.0) -> bool:
+        """Whether one rollout's tokens follow their public uniforms: no more misses (beyond
+        ``sampling_margin``) than ``sampling_miss_rate`` gives at ``sampling_alpha``, where the
+        rollout was already singled out by an event of honest log-probability ``log_prior``."""
+        d = res.get("samp_dist")
+        cfg = self.config
+        if d is None or not len(d) or cfg.sampling_alpha <= 0:  # nothing to judge, or the check off
+            return True
+        misses = int(np.count_nonzero(d > cfg.sampling_margin))
+        return binom_log_sf(misses, len(d), cfg.sampling_miss_rate) + log_prior >= math.log(cfg.sampling_alpha)
 
     def _check_batch_distribution(
         self, tails: tuple[float, int], reasons: list[str], stats: CheckStats

@@ -76,6 +76,14 @@ class ReplayBuffer:
             self._groups.append(group)
             return True
 
+    def drop_miner(self, miner: str) -> int:
+        """Drop every group ``miner`` mined (a key caught lying loses its share); returns how many."""
+        with self._lock:
+            keep = [g for g in self._groups if g.miner != miner]
+            n = len(self._groups) - len(keep)
+            self._groups = keep
+            return n
+
     def evict(self, trainer_version: int) -> int:
         """Drop groups with staleness above ``max_staleness``; returns how many went."""
         with self._lock:

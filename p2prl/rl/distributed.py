@@ -146,7 +146,7 @@ class ShardedGRPO(GRPOTrainer):
         w, r = world_size(), rank()
         share = rows[r::w]
         per = -(-len(rows) // w)
-        share += [(rows[0][0], [], [], 0.0)] * (per - len(share))
+        share += [type(rows[0])(rows[0][0], [], [], 0.0)] * (per - len(share))
         return share
 
     def reduce_totals(self, tot: dict[str, float]) -> None:

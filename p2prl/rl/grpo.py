@@ -12,14 +12,42 @@ import copy
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from p2prl.rl.engine import copy_state_in_place
 from p2prl.rl.model import unique_state
 from p2prl.rl.types import RolloutGroup
+from p2prl.rl.verify import RolloutCheck, group_uniforms, uniform_distances
+
+
+class Row(NamedTuple):
+    """One rollout as a step trains it: the group's ordinal in the step and the sample's in its group,
+    its public uniforms (None: the group does not name them) and the margin its tokens are held to."""
+
+    prompt: list[int]
+    completion: list[int]
+    behaviour: list[float]
+    advantage: float
+    group: int = -1
+    sample: int = -1
+    uniforms: np.ndarray | None = None
+    margin: float = 0.0
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A rollout the trainer did not train on: its tokens did not follow their public uniforms."""
+
+    miner: str
+    version: int
+    index: int
+    sample: int
+    misses: int
+    tokens: int
 
 
 @dataclass
@@ -40,6 +68,16 @@ class GRPOConfig:
     beta1: float = 0.9
     beta2: float = 0.999
     temperature: float = 1.0
+    top_p: float = 1.0  # the network's, as temperature: the public uniforms pick from that distribution
+    # every trained token of a group that names its uniforms (rl.verify) is checked against them under
+    # the trainer's own distribution: beyond verify_margin (plus verify_margin_per_version for each
+    # version the group is behind, ``extra["staleness"]``: the trainer's model has moved since) it is
+    # not trained on, and a rollout with more such misses than verify_miss_rate explains at
+    # verify_alpha is dropped with its group and reported (``rejected``). 0 turns the check off
+    verify_margin: float = 0.1
+    verify_margin_per_version: float = 0.05
+    verify_miss_rate: float = 5e-3
+    verify_alpha: float = 1e-6
     micro_batch: int = 512
     std_eps: float = 1e-6
 
@@ -102,12 +140,18 @@ class GRPOTrainer:
             betas=(config.beta1, config.beta2),
             weight_decay=config.weight_decay,
         )
+        self.rejected: list[Rejection] = []  # the last step's rollouts left out (rl.verify)
+        # the last step's checked rollouts: (miner, prompt index, sample) -> (tokens trained on, tokens)
+        self.trained_tokens: dict[tuple[str, int, int], tuple[int, int]] = {}
         self.ref = None
         if config.kl_coef > 0:
             self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)
 
-    def _token_logprobs(self, model: Any, rows: list[tuple[list[int], list[int]]]) -> tuple[Tensor, Tensor]:
-        """Per-token logprobs ``[B, T]`` of the completions (right-padded) and their mask."""
+    def _token_logprobs(
+        self, model: Any, rows: list[tuple[list[int], list[int]]]
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Per-token logprobs ``[B, T]`` of the completions (right-padded), their mask, and the
+        logits ``[B, T, V]`` they came from (detached: what the token check reads)."""
         width = max(len(p) + len(c) for p, c in rows)
         tmax = max(len(c) for _, c in rows)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
@@ -126,27 +170,37 @@ class GRPOTrainer:
         logits = model(input_ids=ids.to(dev), attention_mask=attn.to(dev)).logits.float()
         logits = logits.gather(1, idx.to(dev)[:, :, None].expand(-1, -1, logits.shape[-1]))
         logp = torch.log_softmax(logits / self.config.temperature, dim=-1)
-        return logp.gather(2, tgt.to(dev)[:, :, None]).squeeze(2), mask.to(dev)
+        return logp.gather(2, tgt.to(dev)[:, :, None]).squeeze(2), mask.to(dev), logits.detach()
 
     def step(self, groups: list[RolloutGroup]) -> dict[str, float]:
         """One GRPO update; groups whose rewards are all equal carry no signal and are skipped.
 
         Loss = token-mean over all completion tokens of ``policy_loss`` + ``kl_coef·KL`` (KL: the k3
-        estimator against the initial policy), tokens beyond ``max_logprob_gap`` left out. Returns statistics; ``skipped`` = 1.0 when
+        estimator against the initial policy), tokens beyond ``max_logprob_gap`` left out, and tokens
+        that do not follow their public uniforms (``_verify``): a rollout with too many of them is
+        left out with its group and listed in ``rejected``. Returns statistics; ``skipped`` = 1.0 when
         no group had signal (no optimizer step, version unchanged).
         """
         cfg = self.config
-        rows: list[tuple[list[int], list[int], list[float], float]] = []
+        rows: list[Row] = []
         rewards: list[float] = []
-        for g in groups:
+        self.rejected = []
+        self.trained_tokens = {}
+        for gi, g in enumerate(groups):
             rs = torch.tensor(g.rewards, dtype=torch.float32)
             rewards.extend(g.rewards)
             adv = group_advantages(rs, cfg.std_eps)
             if not bool(adv.abs().gt(0).any()):
                 continue
-            for r, a in zip(g.rollouts, adv.tolist(), strict=True):
+            us = group_uniforms(g) if cfg.verify_margin > 0 else [None] * len(g.rollouts)
+            stale = g.extra.get("staleness", 0)
+            stale = max(0, stale) if isinstance(stale, int) else 0
+            margin = cfg.verify_margin + cfg.verify_margin_per_version * stale
+            for j, (r, a, u) in enumerate(zip(g.rollouts, adv.tolist(), us, strict=True)):
                 if r.completion_ids:
-                    rows.append((list(g.prompt_ids), list(r.completion_ids), list(r.logprobs), a))
+                    rows.append(
+                        Row(list(g.prompt_ids), list(r.completion_ids), list(r.logprobs), a, gi, j, u, margin)
+                    )
         stats: dict[str, float] = {
             "groups": float(len(groups)),
             "reward_mean": float(sum(rewards) / len(rewards)) if rewards else 0.0,
@@ -154,23 +208,26 @@ class GRPOTrainer:
         }
         if not rows:
             return {**stats, "skipped": 1.0, "loss": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, "kl": 0.0}
-        n_tok = sum(len(c) for _, c, _, _ in rows)
+        n_tok = sum(len(r.completion) for r in rows)
         rows = self.local_rows(rows)
         self.model.train()
         self.opt.zero_grad(set_to_none=True)
-        tot = {"loss": 0.0, "clipped": 0.0, "ratio": 0.0, "kl": 0.0, "untrusted": 0.0}
+        tot = {"loss": 0.0, "clipped": 0.0, "ratio": 0.0, "kl": 0.0, "untrusted": 0.0, "unverified": 0.0}
         for s in range(0, len(rows), cfg.micro_batch):
             mb = rows[s : s + cfg.micro_batch]
-            lp, mask = self._token_logprobs(self.model, [(p, c) for p, c, _, _ in mb])
+            lp, mask, logits = self._token_logprobs(self.model, [(r.prompt, r.completion) for r in mb])
             old = torch.zeros_like(lp)
             adv = torch.zeros_like(lp)
-            for i, (_, c, b, a) in enumerate(mb):
-                old[i, : len(c)] = torch.tensor(b, dtype=torch.float32)
-                adv[i, : len(c)] = a
+            for i, r in enumerate(mb):
+                old[i, : len(r.completion)] = torch.tensor(r.behaviour, dtype=torch.float32)
+                adv[i, : len(r.completion)] = r.advantage
             per_tok, ratio, trusted = policy_loss(lp, old, adv, mask, cfg)
+            verified = self._verify(mb, logits, mask, trusted, groups)
+            tot["unverified"] += float((mask & ~verified).sum())
+            trusted = trusted & verified
             if self.ref is not None:
                 with torch.no_grad():
-                    ref_lp, _ = self._token_logprobs(self.ref, [(p, c) for p, c, _, _ in mb])
+                    ref_lp, _, _ = self._token_logprobs(self.ref, [(r.prompt, r.completion) for r in mb])
                 d = ref_lp - lp
                 kl = torch.exp(d) - d - 1
                 per_tok = per_tok + cfg.kl_coef * kl
@@ -181,6 +238,7 @@ class GRPOTrainer:
             tot["clipped"] += float((((ratio.detach() - 1).abs() > cfg.clip_eps) & mask).sum())
             tot["ratio"] += float((ratio.detach() * mask).sum())
             tot["untrusted"] += float((mask & ~trusted).sum())
+        tot["rejected"] = float(len(self.rejected))
         self.reduce_totals(tot)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
         self.opt.step()
@@ -194,9 +252,50 @@ class GRPOTrainer:
             "ratio_mean": tot["ratio"] / n_tok,
             "kl": tot["kl"] / n_tok,
             "logprob_gap_frac": tot["untrusted"] / n_tok,
+            "unverified_frac": tot["unverified"] / n_tok,
+            "rejected_rollouts": tot["rejected"],
             "grad_norm": float(grad_norm),
             "tokens": float(n_tok),
         }
+
+    def _verify(
+        self, mb: list[Row], logits: Tensor, mask: Tensor, trusted: Tensor, groups: list[RolloutGroup]
+    ) -> Tensor:
+        """Which tokens of a micro-batch may be trained on: those whose uniform lies within the row's
+        margin of its interval under the trainer's distribution (rows without uniforms: all). A row
+        whose misses are more than honest drift explains fails: every row of its group in this micro-batch is left out, and it goes to ``rejected``."""
+        cfg = self.config
+        ok = torch.ones_like(mask)
+        live = [i for i, r in enumerate(mb) if r.uniforms is not None and r.completion]
+        if not live:
+            return ok
+        t = cfg.temperature if cfg.temperature > 0 else 1.0
+        flat = torch.cat([logits[i, : len(mb[i].completion)] for i in live])
+        toks = np.concatenate([mb[i].completion for i in live])
+        u = np.concatenate([mb[i].uniforms for i in live])  # type: ignore[misc]
+        dist = uniform_distances(flat, toks, u, t, cfg.top_p)
+        check = RolloutCheck(cfg.verify_miss_rate, cfg.verify_alpha)
+        failed: set[int] = set()
+        at = 0
+        for i in live:
+            r = mb[i]
+            n = len(r.completion)
+            follows = torch.as_tensor(dist[at : at + n] <= r.margin, device=ok.device)
+            at += n
+            ok[i, :n] = follows
+            misses = int((~follows).sum())  # a logprob gap grows with honest drift: masked, not proof
+            if check.fails(misses, n):
+                failed.add(r.group)
+                g = groups[r.group]
+                self.rejected.append(Rejection(g.miner, g.version, g.index, r.sample, misses, n))
+        for i, r in enumerate(mb):
+            if r.group in failed:
+                ok[i] = False
+            if r.uniforms is not None:
+                g = groups[r.group]
+                n = len(r.completion)
+                self.trained_tokens[(g.miner, g.index, r.sample)] = (int((ok[i, :n] & trusted[i, :n]).sum()), n)
+        return ok
 
     def local_rows(self, rows: list[Any]) -> list[Any]:
         """This process's share of the step's rollouts (all of them; sharded learners take a slice)."""

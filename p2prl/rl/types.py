@@ -30,6 +30,10 @@ class RolloutGroup:
     miner: str = ""
     problem: Problem | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    # whose public uniforms the rollouts followed (rl.sampling): the miner's prompt index and the
+    # version's manifest hash; -1 / "" for groups a local run made without them
+    index: int = -1
+    manifest_hash: str = ""
 
     @property
     def rewards(self) -> list[float]:

@@ -117,3 +117,25 @@ def test_a_hard_failure_vetoes_the_blob(tmp_path: Path) -> None:
     w.consume(timeout=1.0)
     assert len(w.buffer) == 0 and not w.rt.store.has(ann.blob.id)
     assert w.rt.status.snapshot()["counters"]["verdict_vetoes"] == 1
+
+
+def test_a_hard_failure_costs_the_key_its_training_share(tmp_path: Path) -> None:
+    """A veto bars the key, not only the blob: its groups already buffered leave, and a later blob
+    that every validator accepted is not used (a score the trainer never reads is no deterrent)."""
+    from p2prl.rl.types import Rollout, RolloutGroup
+
+    w = World(tmp_path)
+    for miner in (MINER.public_hex, FORGER.public_hex):
+        w.buffer.add(RolloutGroup([5, 6], [Rollout([7], [-1.0], 0.0), Rollout([8], [-1.0], 1.0)], 0, miner))
+    ann, digest = w.announce(seed=3)
+    w.judge(w.validator, VALIDATOR, ann, digest, R.OK, R.FINGERPRINT)
+    w.pump()
+    assert [g.miner for g in w.buffer.sample(0, 8, consume=False)] == [FORGER.public_hex]
+    ann, digest = w.announce(seed=4)
+    w.judge(w.validator, VALIDATOR, ann, digest, R.OK, R.OK)
+    w.pump()
+    w.consume(timeout=2.0)
+    assert [g.miner for g in w.buffer.sample(0, 8, consume=False)] == [FORGER.public_hex]
+    snap = w.rt.status.snapshot()
+    assert snap["labelled"]["keys_barred"] == {"verdict_veto": 1}
+    assert snap["labelled"]["dropped"]["barred_rollouts"] == 3  # one buffered group, two of the later blob

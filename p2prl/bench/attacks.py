@@ -1,0 +1,286 @@
+"""The cheats of ``p2prl bench cheats`` that are more than a changed sampler or weights: each builds
+what an attacker announces, has it judged as a network judges it, and says what it gained.
+
+- ``steer_in_margin``: at each position where another token's interval lies within the validator's
+  sampling margin of the public uniform, take whichever candidate's honest continuation earns more
+  reward (a lookahead); everything else honest. Gain: steered reward over the honest draw's.
+- ``payload_unrecomputed``: one rollout per batch replaced by a fabricated rewarded completion (the
+  problem's answer), proved by the right model. Caught when the validator rejects it or the
+  trainer's token check (``rl.verify``) leaves it out; ``trained`` counts its tokens a step trained on.
+- ``copy_front_running``: a second key whose prompt matches the victim's copies the victim's least
+  likely completion into its own honest batch and is judged first; counted is the victim's batch.
+- ``key_grinding_64``: 64 keys each mine an honest batch, the best is announced. Gain: its reward
+  over the keys' mean (the validator cannot tell; what it buys is the measured gain).
+- ``soft_drop``: a group made unlikely on purpose (the least likely tokens, proved by the right
+  model) so the validator drops it; caught when that costs a hard failure.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from p2prl.proof.batch import build_batch
+from p2prl.proof.miner import PreparedBatch, announce, mine_batch
+from p2prl.proof.validate import BatchVerdict, RolloutValidator, ValidatorConfig
+
+GRIND_KEYS = 64
+
+
+@dataclass
+class Ctx:
+    """What every attack needs: the network's model and version, the miner, the validator's rules."""
+
+    setup: Any  # bench.proof.ModelSetup
+    model: Any
+    version: int
+    mh: str
+    miner: bytes
+    config: ValidatorConfig
+    indices: Callable[[], list[int]]
+    group_size: int
+
+    def validator(self) -> RolloutValidator:
+        return RolloutValidator.for_model(
+            self.model, self.setup.tokenizer, self.setup.task, self.version, self.mh, config=self.config
+        )
+
+    def honest(self, key: bytes | None = None, idx: list[int] | None = None) -> PreparedBatch:
+        from p2prl.rl.engine import HFEngine
+
+        return mine_batch(
+            HFEngine(self.model, self.setup.tokenizer),
+            self.setup.task,
+            self.version,
+            self.mh,
+            key or self.miner,
+            idx or self.indices(),
+            self.group_size,
+            self.setup.params,
+        )
+
+
+@dataclass
+class Outcome:
+    """One attempt: rollouts at stake, accepted, group verdicts, and what the attack gained."""
+
+    n: int
+    accepted: int
+    reasons: dict[str, int]
+    hard: bool
+    gain: float | None = None  # attack's reward / honest reward on the same footing
+    trained: int | None = None  # payload tokens a training step trained on
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def _outcome(verdict: BatchVerdict, prepared: PreparedBatch, **kw: Any) -> Outcome:
+    return Outcome(prepared.batch.n_rollouts, verdict.accepted_rollouts, verdict.reasons(), verdict.hard_failure, **kw)
+
+
+def _reprove(ctx: Ctx, key: bytes, groups: list[tuple[int, list[int], list[list[int]], list[float]]]) -> PreparedBatch:
+    """Announce ``(index, prompt, completions, rewards)`` with honest proofs of the right model."""
+    from p2prl.rl.engine import Sample, teacher_forced
+
+    out = []
+    t, p = ctx.setup.params.temperature, ctx.setup.params.top_p
+    for index, prompt, comps, rewards in groups:
+        samples = []
+        for ids in comps:
+            lp, h = teacher_forced(ctx.model, prompt, ids, t, p)
+            samples.append(Sample(prompt, ids, lp.tolist(), h))
+        out.append((index, prompt, samples, rewards))
+    return announce(build_batch(ctx.version, ctx.mh, key, out))
+
+
+def _groups_of(prepared: PreparedBatch) -> list[tuple[int, list[int], list[list[int]], list[float]]]:
+    return [
+        (g.index, g.prompt_ids.tolist(), [r.completion_ids.tolist() for r in g.rollouts], [r.reward for r in g.rollouts])
+        for g in prepared.batch.groups
+    ]
+
+
+# -- steering inside the margin -----------------------------------------------------------------------
+def _next_logits(model: Any, ids: list[int]) -> Any:
+    import torch
+
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).logits[0, -1:].float()
+
+
+def _complete(ctx: Ctx, prompt: list[int], prefix: list[int], u: np.ndarray) -> list[int]:
+    """The honest continuation of ``prefix``: each later token the inverse CDF of its uniform."""
+    from p2prl.rl.sampling import pick_tokens
+
+    stop = set(ctx.setup.tokenizer.stop_ids)
+    out = list(prefix)
+    params = ctx.setup.params
+    while len(out) < params.max_new_tokens and not (out and out[-1] in stop):
+        logits = _next_logits(ctx.model, prompt + out)
+        out.append(int(pick_tokens(logits, u[len(out) : len(out) + 1], params.temperature, params.top_p)[0]))
+    return out
+
+
+def _candidates(logits: Any, u: float, margin: float, temperature: float, top_p: float) -> list[int]:
+    """Tokens whose interval lies within ``margin`` of ``u`` (the honest pick among them)."""
+    from p2prl.rl.sampling import processed_probs
+
+    p = processed_probs(logits, temperature, top_p)[0]
+    total = p.sum()
+    hi = p.cumsum(0) / total
+    lo = hi - p / total
+    d = np.maximum(0.0, np.maximum(lo.numpy() - u, u - hi.numpy()))
+    return [int(i) for i in np.flatnonzero((d <= margin) & (p.numpy() > 0))]
+
+
+def steer_in_margin(ctx: Ctx) -> Outcome:
+    from p2prl.rl.sampling import pick_tokens, sample_key, uniforms
+    from p2prl.rl.tasks import derive_seed
+
+    tok, task, params = ctx.setup.tokenizer, ctx.setup.task, ctx.setup.params
+    margin = ctx.config.sampling_margin
+    groups, honest_r, steered_r, ambiguous = [], 0.0, 0.0, 0
+    for i in ctx.indices():
+        problem = task.problem(derive_seed(ctx.mh, ctx.miner, i))
+        prompt = tok.encode_prompt(problem.prompt)
+        comps, rewards = [], []
+        for j in range(ctx.group_size):
+            u = uniforms(sample_key(ctx.mh, ctx.miner, i, j), params.max_new_tokens)
+            out: list[int] = []
+            stop = set(tok.stop_ids)
+            while len(out) < params.max_new_tokens and not (out and out[-1] in stop):
+                t = len(out)
+                logits = _next_logits(ctx.model, prompt + out)
+                cands = _candidates(logits, float(u[t]), margin, params.temperature, params.top_p)
+                honest_tok = int(pick_tokens(logits, u[t : t + 1], params.temperature, params.top_p)[0])
+                best, best_r = honest_tok, None
+                if len(cands) > 1:
+                    ambiguous += 1
+                    for c in [honest_tok, *(c for c in cands if c != honest_tok)]:
+                        r = task.reward(problem, tok.decode(_complete(ctx, prompt, [*out, c], u)))
+                        if best_r is None or r > best_r:
+                            best, best_r = c, r
+                out.append(best)
+            honest_r += task.reward(problem, tok.decode(_complete(ctx, prompt, [], u)))
+            r = task.reward(problem, tok.decode(out))
+            steered_r += r
+            comps.append(out)
+            rewards.append(r)
+        groups.append((i, prompt, comps, rewards))
+    prepared = _reprove(ctx, ctx.miner, groups)
+    v = ctx.validator().check(prepared.announcement, ctx.miner, prepared.blob, ctx.version)
+    gain = steered_r / honest_r if honest_r else (1.0 if steered_r == 0 else float("inf"))
+    return _outcome(v, prepared, gain=gain, extra={"ambiguous_positions": float(ambiguous)})
+
+
+# -- a payload nobody recomputed ------------------------------------------------------------------------
+def _trained_payloads(ctx: Ctx, verdict: BatchVerdict, where: set[tuple[int, int]]) -> int:
+    """Of the payload rollouts ``where`` (prompt index, sample) the validator accepted, how many
+    tokens a trainer's step trains on (``GRPOTrainer`` with its token check, at staleness 0)."""
+    from p2prl.rl.grpo import GRPOConfig, GRPOTrainer
+
+    accepted = [(g, j) for g in verdict.valid_groups for j in range(len(g.rollouts)) if (g.index, j) in where]
+    if not accepted:
+        return 0
+    params = ctx.setup.params
+    t = GRPOTrainer(copy.deepcopy(ctx.model).float(), GRPOConfig(temperature=params.temperature, top_p=params.top_p))
+    t.step(copy.deepcopy(verdict.valid_groups))
+    # a group whose rewards are all equal is not trained on at all
+    return sum(t.trained_tokens.get((g.miner, g.index, j), (0, 0))[0] for g, j in accepted)
+
+
+def payload_unrecomputed(ctx: Ctx) -> Outcome:
+    from p2prl.rl.tasks import derive_seed
+
+    honest = ctx.honest()
+    groups = _groups_of(honest)
+    where = set()
+    for gi, (index, prompt, comps, rewards) in enumerate(groups[:1]):
+        problem = ctx.setup.task.problem(derive_seed(ctx.mh, ctx.miner, index))
+        payload = ctx.setup.tokenizer.encode(problem.answer)[: ctx.setup.params.max_new_tokens]
+        j = int(np.argmin(rewards))
+        comps[j] = payload
+        rewards[j] = ctx.setup.task.reward(problem, ctx.setup.tokenizer.decode(payload))
+        groups[gi] = (index, prompt, comps, rewards)
+        where.add((index, j))
+    prepared = _reprove(ctx, ctx.miner, groups)
+    v = ctx.validator().check(prepared.announcement, ctx.miner, prepared.blob, ctx.version)
+    return _outcome(v, prepared, trained=_trained_payloads(ctx, v, where))
+
+
+# -- copy front-running -------------------------------------------------------------------------------
+def copy_front_running(ctx: Ctx, attacker: bytes) -> Outcome:
+    """The victim (``ctx.miner``) mines honestly; ``attacker`` finds one of its own prompt indices
+    with the victim's first problem, copies the victim's least likely completion into its batch for
+    it and is judged first. The outcome is the victim's batch."""
+    from p2prl.rl.engine import teacher_forced
+    from p2prl.rl.tasks import derive_seed
+
+    task = ctx.setup.task
+    victim = ctx.honest()
+    g0 = victim.batch.groups[0]
+    want = task.problem(derive_seed(ctx.mh, ctx.miner, g0.index))
+    a_index = next(k for k in range(1_000_000) if task.problem(derive_seed(ctx.mh, attacker, k)) == want)
+    prompt = g0.prompt_ids.tolist()
+    t, p = ctx.setup.params.temperature, ctx.setup.params.top_p
+    lps = [float(teacher_forced(ctx.model, prompt, r.completion_ids.tolist(), t, p)[0].sum()) for r in g0.rollouts]
+    src = g0.rollouts[int(np.argmin(lps))]
+    honest = ctx.honest(key=attacker, idx=[a_index])
+    (index, aprompt, comps, rewards), = _groups_of(honest)
+    comps[0], rewards[0] = src.completion_ids.tolist(), src.reward
+    attack = _reprove(ctx, attacker, [(index, aprompt, comps, rewards)])
+    v = ctx.validator()
+    first = v.check(attack.announcement, attacker, attack.blob, ctx.version)
+    second = v.check(victim.announcement, ctx.miner, victim.blob, ctx.version)
+    copied = _trained_payloads(ctx, first, {(index, 0)})
+    return _outcome(
+        second, victim, trained=copied, extra={"attacker_hard": float(first.hard_failure), "copy_logprob": min(lps)}
+    )
+
+
+# -- key grinding -------------------------------------------------------------------------------------
+def key_grinding(ctx: Ctx, keys: int = GRIND_KEYS) -> Outcome:
+    """``keys`` keys mine the same prompt indices (each key derives its own problems and uniforms);
+    the best batch is announced."""
+    import hashlib
+
+    idx = ctx.indices()
+    best, rewards = None, []
+    for k in range(keys):
+        key = hashlib.sha256(b"grind" + k.to_bytes(4, "big") + bytes(ctx.miner)).digest()
+        p = ctx.honest(key=key, idx=idx)
+        r = float(np.mean([ro.reward for g in p.batch.groups for ro in g.rollouts]))
+        rewards.append(r)
+        if best is None or r > best[0]:
+            best = (r, key, p)
+    assert best is not None
+    r, key, prepared = best
+    v = ctx.validator().check(prepared.announcement, key, prepared.blob, ctx.version)
+    mean = float(np.mean(rewards))
+    return _outcome(v, prepared, gain=r / mean if mean else 1.0)
+
+
+# -- a group dropped at will --------------------------------------------------------------------------
+def soft_drop(ctx: Ctx) -> Outcome:
+    import torch
+
+    honest = ctx.honest()
+    groups = _groups_of(honest)
+    index, prompt, comps, rewards = groups[0]
+    comp: list[int] = []
+    special = max(3, max(ctx.setup.tokenizer.stop_ids, default=0) + 1)  # never a special token
+    with torch.no_grad():
+        for _ in range(min(3, ctx.setup.params.max_new_tokens)):
+            logits = _next_logits(ctx.model, prompt + comp)[0]
+            comp.append(int(torch.argmin(logits[special:])) + special)
+    from p2prl.rl.tasks import derive_seed
+
+    problem = ctx.setup.task.problem(derive_seed(ctx.mh, ctx.miner, index))
+    comps[0], rewards[0] = comp, ctx.setup.task.reward(problem, ctx.setup.tokenizer.decode(comp))
+    groups[0] = (index, prompt, comps, rewards)
+    prepared = _reprove(ctx, ctx.miner, groups)
+    v = ctx.validator().check(prepared.announcement, ctx.miner, prepared.blob, ctx.version)
+    return _outcome(v, prepared)

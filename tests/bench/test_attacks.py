@@ -1,0 +1,38 @@
+"""``bench.attacks`` on the proof tests' small model: each attack runs and is judged as the table
+reports it (a group dropped at will fails hard, copy front-running leaves the victim accepted, the
+best of several keys is accepted with its gain reported)."""
+
+from __future__ import annotations
+
+import dataclasses
+from itertools import count
+
+from proofkit import GROUP, MH, MINER, OTHER_MINER, VERSION, World
+
+from p2prl.bench.attacks import Ctx, copy_front_running, key_grinding, soft_drop, steer_in_margin
+from p2prl.bench.proof import ModelSetup
+from p2prl.rl.engine import GenerationParams
+
+
+def _ctx(world: World, first: int) -> Ctx:
+    setup = ModelSetup("small", world.model, world.tok, world.task, GenerationParams(8, 1.0), world.other)
+    starts = count(first, 2)
+    cfg = dataclasses.replace(world.config, checked_per_group=1, checked_tokens=0)
+
+    def indices() -> list[int]:
+        k = next(starts)
+        return [k, k + 1]
+
+    return Ctx(setup, world.model, VERSION, MH, MINER, cfg, indices, GROUP)
+
+
+def test_attacks_run_and_are_judged(world: World) -> None:
+    ctx = _ctx(world, 300)
+    out = soft_drop(ctx)
+    assert out.hard and out.accepted == 0, out.reasons
+    out = copy_front_running(ctx, OTHER_MINER)
+    assert not out.hard and out.accepted == out.n, out
+    out = key_grinding(ctx, keys=3)
+    assert not out.hard and out.accepted == out.n and out.gain is not None and out.gain >= 1.0
+    out = steer_in_margin(dataclasses.replace(ctx, config=dataclasses.replace(ctx.config, sampling_margin=0.0)))
+    assert out.gain == 1.0 and out.accepted == out.n  # no margin, no choice: the honest draw
