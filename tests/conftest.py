@@ -77,7 +77,7 @@ def smollm2_dir() -> Path:
     from p2prl.rl.local import default_cache_dir
     from p2prl.rl.modeldir import ModelDirError
 
-    out = default_cache_dir() / "models" / "smollm2-135m"
+    out = default_cache_dir() / "models" / SMOLLM2.directory
     if (out / "model.safetensors").is_file():
         return out
     if importlib.util.find_spec("gguf") is None:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         HFEngine,
         RolloutEngine,
         Sample,
+        copy_state_in_place,
         processed_logprobs,
         teacher_forced,
     )
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
         open_vllm,
         vllm_unsupported,
     )
+    from p2prl.rl.evaluate import evaluate as evaluate_policy
     from p2prl.rl.evaluate import evaluate_dir
     from p2prl.rl.gendefaults import RunDefaults, run_defaults
     from p2prl.rl.ggufdir import PRESETS as GGUF_PRESETS
@@ -99,10 +101,12 @@ __all__ = [
     "clone_state",
     "config_sha256",
     "convert_gguf",
+    "copy_state_in_place",
     "default_cache_dir",
     "derive_seed",
     "describe",
     "evaluate_dir",
+    "evaluate_policy",
     "file_sha256",
     "get_task",
     "has_weights",

