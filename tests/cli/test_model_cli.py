@@ -62,3 +62,11 @@ def test_eval_on_the_real_model(smollm2_dir: Path) -> None:
     assert res["examples"][0]["prompt"].startswith("What is ")
     again = json.loads(runner.invoke(app, ["eval", "--model", str(smollm2_dir), "--problems", "4", "--json"]).stdout)
     assert again["examples"] == res["examples"]
+
+
+def test_demo_preset_refusals_start_nothing(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["demo", "--preset", "gpt5", "--duration", "1", "--dir", str(tmp_path / "d")])
+    assert r.exit_code == 2 and r.stderr.strip() == "error: unknown preset 'gpt5'; known: smollm2"
+    r = runner.invoke(app, ["demo", "--preset", "smollm2", "--model", str(tmp_path), "--duration", "1"])
+    assert r.exit_code == 2 and r.stderr.strip() == "error: give --model or --preset, not both"
+    assert not (tmp_path / "d").exists()
