@@ -291,6 +291,14 @@ def demo(
             typer.echo("error: give --model or --preset, not both", err=True)
             raise typer.Exit(2)
         model = _preset_dir(preset)
+    if model is not None:  # not a causal LM, chat without a template: one line before anything starts
+        from p2prl.rl import ModelDirError, parse_task_params, run_defaults
+
+        try:
+            run_defaults(model, task, parse_task_params(task_param), prompt_format, max_new_tokens)
+        except (ModelDirError, ValueError) as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from e
     if engine == "vllm":  # say why at once, not from every miner's log
         from p2prl.rl import vllm_unsupported
 

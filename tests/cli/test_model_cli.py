@@ -70,3 +70,16 @@ def test_demo_preset_refusals_start_nothing(tmp_path: Path) -> None:
     r = runner.invoke(app, ["demo", "--preset", "smollm2", "--model", str(tmp_path), "--duration", "1"])
     assert r.exit_code == 2 and r.stderr.strip() == "error: give --model or --preset, not both"
     assert not (tmp_path / "d").exists()
+
+
+def test_demo_refuses_a_directory_that_is_not_a_causal_lm(tmp_path: Path) -> None:
+    d = tmp_path / "vit"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "vit"}))
+    (d / "tokenizer.json").write_text("{}")
+    r = runner.invoke(app, ["demo", "--model", str(d), "--duration", "1", "--dir", str(tmp_path / "run")])
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (
+        f"error: {d} is not a causal LM: transformers has no causal-LM class for model_type 'vit'"
+    )
+    assert not (tmp_path / "run").exists()
