@@ -22,7 +22,9 @@ def train_local(
     minutes: float = typer.Option(5.0, "--minutes", help="Wall-clock budget."),
     steps: int = typer.Option(0, "--steps", help="Stop after this many steps (0: no limit)."),
     json_out: bool = typer.Option(False, "--json", help="Headless: print one JSON summary object."),
-    lr: float = typer.Option(None, "--lr", help="Learning rate (default: p2prl.rl.local.DEFAULT_LR)."),
+    lr: float = typer.Option(
+        None, "--lr", help="Learning rate (default: 3e-4; 1e-5 with --model, p2prl.rl.gendefaults)."
+    ),
     seed: int = typer.Option(0, "--seed", help="Run seed (prompts and sampling)."),
     prompts: int = typer.Option(32, "--prompts", help="Prompts (groups) per step."),
     samples: int = typer.Option(8, "--samples", help="Completions per prompt."),
@@ -65,6 +67,7 @@ def train_local(
     """Run generation, reward, replay buffer and GRPO in one process."""
     from p2prl.rl import (
         DEFAULT_LR,
+        MODEL_LR,
         LocalConfig,
         ModelDirError,
         default_cache_dir,
@@ -81,7 +84,7 @@ def train_local(
     cfg = LocalConfig(
         minutes=minutes,
         max_steps=steps or None,
-        lr=DEFAULT_LR if lr is None else lr,
+        lr=lr if lr is not None else (DEFAULT_LR if model is None else MODEL_LR),
         seed=seed,
         prompts_per_step=prompts,
         samples_per_prompt=samples,

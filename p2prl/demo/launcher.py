@@ -79,7 +79,7 @@ class DemoOptions:
     # the trainer's step equals train-local's (32 prompts x 8 samples, lr 3e-4), taken train_epochs
     # times on each batch; each miner announces batches_per_version batches of 16 prompts per
     # version, so the miners make what the trainer consumes and no more (staleness stays 0-1)
-    lr: float = 3e-4
+    lr: float = 0.0  # 0: 3e-4 for the built-in model, p2prl.rl.gendefaults.MODEL_LR with --model
     train_batch_groups: int = 32
     train_epochs: int = 3
     batches_per_version: int = 2
@@ -181,7 +181,12 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
         "--report-weights-sha256",  # the summary compares every node's weights
     ]
     if role == "trainer":
-        args += ["--lr", str(opts.lr), "--train-batch-groups", str(opts.train_batch_groups)]
+        lr = opts.lr or 3e-4
+        if not opts.lr and opts.model is not None:
+            from p2prl.rl import MODEL_LR  # torch, as --model's prepare() already loaded
+
+            lr = MODEL_LR
+        args += ["--lr", str(lr), "--train-batch-groups", str(opts.train_batch_groups)]
         args += ["--s3-sign"]  # it writes the mirror; the others read it unsigned
         args += ["--checkpoint-every", str(opts.checkpoint_every), "--train-epochs", str(opts.train_epochs)]
         args += ["--min-publish-s", str(opts.min_publish_s)]

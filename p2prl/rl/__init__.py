@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     )
     from p2prl.rl.evaluate import evaluate as evaluate_policy
     from p2prl.rl.evaluate import evaluate_dir
-    from p2prl.rl.gendefaults import RunDefaults, run_defaults
+    from p2prl.rl.gendefaults import MODEL_LR, RunDefaults, run_defaults
     from p2prl.rl.ggufdir import PRESETS as GGUF_PRESETS
     from p2prl.rl.ggufdir import convert as convert_gguf
     from p2prl.rl.ggufdir import from_package as model_from_package
@@ -74,6 +74,7 @@ __all__ = [
     "DEFAULT_LR",
     "ENGINES",
     "GGUF_PRESETS",
+    "MODEL_LR",
     "QWEN25_05B",
     "TINY",
     "VLLM_TINY",

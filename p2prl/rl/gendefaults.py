@@ -22,6 +22,9 @@ TOY_NEW_TOKENS = 4  # the built-in model: two digits of sum, a carry digit, its 
 # token costs generation, proof and training time on every node)
 MODEL_NEW_TOKENS = {"addition": 16, "digit-start": 16, "countdown": 64, "gsm8k": 256}
 OTHER_NEW_TOKENS = 128
+# a pretrained model's learning rate: the built-in model's 3e-4 is sized for 138k parameters trained
+# from a weak warm start; full fine-tuning a pretrained 100M+ model with Adam at that rate wrecks it
+MODEL_LR = 1e-5
 
 
 @dataclass(frozen=True)
