@@ -211,11 +211,14 @@ def learning_lines(s: dict[str, Any]) -> list[str]:
     if h.get("error"):
         out.append(f"held-out accuracy: not measured ({h['error']})")
     elif h.get("problems"):
-        last = "no version saved" if h.get("last") is None else f"{h['last']:.3f} (v{h.get('version')})"
-        out.append(
-            f"held-out accuracy ({h['problems']} problems, greedy): {h['first']:.3f} → {last}; "
-            f"mean reward {h.get('reward_first', 0.0):.3f} → {h.get('reward_last') or 0.0:.3f}"
-        )
+        head = f"held-out accuracy ({h['problems']} problems, greedy): {h['first']:.3f}"
+        if h.get("last") is None:
+            out.append(f"{head}, no trained version saved; mean reward {h.get('reward_first', 0.0):.3f}")
+        else:
+            out.append(
+                f"{head} → {h['last']:.3f} (v{h.get('version')}); "
+                f"mean reward {h.get('reward_first', 0.0):.3f} → {h.get('reward_last', 0.0):.3f}"
+            )
     if s.get("notice"):
         out.append(f"notice: {s['notice']}")
     return out

@@ -143,3 +143,6 @@ def test_the_report_says_why_nothing_trained_and_the_held_out_figures() -> None:
     assert lines[0] == "held-out accuracy (32 problems, greedy): 0.000 → 0.312 (v9); mean reward 0.200 → 0.500"
     assert lines[1] == f"notice: {note}"
     assert learning_lines({}) == []
+    assert learning_lines({"held_out": {"problems": 16, "first": 0.3125, "last": None, "reward_first": 0.48}}) == [
+        "held-out accuracy (16 problems, greedy): 0.312, no trained version saved; mean reward 0.480"
+    ]
