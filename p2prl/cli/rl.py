@@ -22,7 +22,9 @@ def train_local(
     minutes: float = typer.Option(5.0, "--minutes", help="Wall-clock budget."),
     steps: int = typer.Option(0, "--steps", help="Stop after this many steps (0: no limit)."),
     json_out: bool = typer.Option(False, "--json", help="Headless: print one JSON summary object."),
-    lr: float = typer.Option(None, "--lr", help="Learning rate (default: p2prl.rl.local.DEFAULT_LR)."),
+    lr: float = typer.Option(
+        None, "--lr", help="Learning rate (default: 3e-4; 1e-5 with --model, p2prl.rl.gendefaults)."
+    ),
     seed: int = typer.Option(0, "--seed", help="Run seed (prompts and sampling)."),
     prompts: int = typer.Option(32, "--prompts", help="Prompts (groups) per step."),
     samples: int = typer.Option(8, "--samples", help="Completions per prompt."),
@@ -41,8 +43,19 @@ def train_local(
         None, "--model", help="Local Hugging Face causal-LM directory (default: the built-in tiny model)."
     ),
     task: str = typer.Option("addition", "--task", help="Task name (the built-in model knows addition)."),
-    prompt_format: str = typer.Option("raw", "--prompt-format", help="raw or chat."),
+    task_param: list[str] = typer.Option(
+        [], "--task-param", help="Task parameter KEY=VALUE (default: the model's, see docs/RL.md)."
+    ),
+    prompt_format: str | None = typer.Option(
+        None, "--prompt-format", help="raw or chat (default: chat when the tokenizer has a template)."
+    ),
     system_prompt: str = typer.Option("", "--system-prompt", help="System prompt for the chat format."),
+    max_new_tokens: int = typer.Option(
+        0, "--max-new-tokens", help="Completion bound (0: the model's default, docs/RL.md)."
+    ),
+    eval_problems: int = typer.Option(
+        0, "--eval-problems", help="Held-out problems for the greedy evaluation (0: 256, 64 for --model)."
+    ),
     device: str = typer.Option("cpu", "--device", help="Torch device: auto, cpu, cuda or cuda:N."),
     engine: str = typer.Option(
         "auto", "--engine", help="Rollout engine: auto (vLLM where installed, on CUDA), hf or vllm."
@@ -52,13 +65,26 @@ def train_local(
     ),
 ) -> None:
     """Run generation, reward, replay buffer and GRPO in one process."""
-    from p2prl.rl import DEFAULT_LR, LocalConfig, default_cache_dir
+    from p2prl.rl import (
+        DEFAULT_LR,
+        MODEL_LR,
+        LocalConfig,
+        ModelDirError,
+        default_cache_dir,
+        parse_task_params,
+        run_defaults,
+    )
     from p2prl.rl import train_local as run
 
+    try:
+        d = run_defaults(model, task, parse_task_params(task_param), prompt_format, max_new_tokens)
+    except (ModelDirError, ValueError) as e:  # not a causal LM, chat without a template: one line
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from e
     cfg = LocalConfig(
         minutes=minutes,
         max_steps=steps or None,
-        lr=DEFAULT_LR if lr is None else lr,
+        lr=lr if lr is not None else (DEFAULT_LR if model is None else MODEL_LR),
         seed=seed,
         prompts_per_step=prompts,
         samples_per_prompt=samples,
@@ -69,8 +95,10 @@ def train_local(
         save=save,
         model_dir=model,
         task=task,
-        task_params={"digits": 2} if task == "addition" and model is None else {},
-        prompt_format=prompt_format,
+        task_params=d.task_params,
+        prompt_format=d.prompt_format,
+        max_new_tokens=d.max_new_tokens,
+        eval_problems=eval_problems or (256 if model is None else 64),
         system_prompt=system_prompt,
         device=device,
         engine=engine,
@@ -116,6 +144,8 @@ def _live(cfg: Any, run: Any) -> None:
         if "greedy" in last:
             t.add_row("greedy success", f"{last['greedy']:.3f}")
         t.add_row("bf16 changed fraction", f"{last.get('changed_fraction', 0.0):.4f}")
+        if last.get("skipped"):
+            t.add_row("notice", "step skipped: every group's rewards were equal (no GRPO signal)")
         t.add_row(
             "clip fraction / grad norm",
             f"{last.get('clip_frac', 0.0):.3f} / {last.get('grad_norm', 0.0):.3f}",
@@ -123,7 +153,7 @@ def _live(cfg: Any, run: Any) -> None:
         return Group(t, Text("reward over time  " + _reward_line(rewards)))
 
     console = Console()
-    console.print("building/loading the default model…")
+    console.print("building/loading the default model…" if cfg.model_dir is None else f"loading {cfg.model_dir}…")
     with Live(render(), console=console, refresh_per_second=4) as live:
 
         def on_step(rec: dict[str, Any]) -> None:
@@ -138,3 +168,5 @@ def _live(cfg: Any, run: Any) -> None:
         f"greedy {summary['greedy_first']:.3f} → {summary['greedy_last']:.3f}; {summary['steps']} steps; "
         f"changed fraction mean {summary['changed_fraction_mean']:.4f}"
     )
+    if summary.get("notice"):
+        console.print(f"notice: {summary['notice']}")

@@ -199,5 +199,26 @@ def run_report(s: dict[str, Any]) -> list[str]:
     if rewards:
         lines.append(f"reward by version (v{s['by_version'][0]['version']}…): {sparkline(rewards, 64)}")
     lines += miner_lines(s)
+    lines += learning_lines(s)
     lines.append(verdict_line(s))
     return lines
+
+
+def learning_lines(s: dict[str, Any]) -> list[str]:
+    """The held-out accuracy, base model → last version, and why nothing trained when nothing did."""
+    out = []
+    h = s.get("held_out") or {}
+    if h.get("error"):
+        out.append(f"held-out accuracy: not measured ({h['error']})")
+    elif h.get("problems"):
+        head = f"held-out accuracy ({h['problems']} problems, greedy): {h['first']:.3f}"
+        if h.get("last") is None:
+            out.append(f"{head}, no trained version saved; mean reward {h.get('reward_first', 0.0):.3f}")
+        else:
+            out.append(
+                f"{head} → {h['last']:.3f} (v{h.get('version')}); "
+                f"mean reward {h.get('reward_first', 0.0):.3f} → {h.get('reward_last', 0.0):.3f}"
+            )
+    if s.get("notice"):
+        out.append(f"notice: {s['notice']}")
+    return out

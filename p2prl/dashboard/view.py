@@ -271,10 +271,25 @@ def smoothed(series: list[tuple[int, float, int]], width: int = SPARK_WIDTH) -> 
     return out
 
 
+def skipped_notice(statuses: list[Status]) -> str:
+    """Why the trainer learns nothing, when its recent steps were all skipped (every group's rewards
+    equal, so GRPO's advantages are all zero): "" otherwise."""
+    for s in statuses:
+        c = s.get("counters", {})
+        steps, skipped = int(c.get("train_steps", 0)), int(c.get("train_steps_skipped", 0))
+        if skipped and skipped == steps:
+            return (
+                f"notice: the trainer skipped all {steps} steps so far: every group's rewards were equal "
+                "(no GRPO signal)"
+            )
+    return ""
+
+
 def reward_panel(statuses: list[Status]) -> Panel:
     series = reward_series(statuses)
+    notice = skipped_notice(statuses)
     if not series:
-        return Panel("no rewards recorded yet", title="mean task reward over versions")
+        return Panel(notice or "no rewards recorded yet", title="mean task reward over versions")
     # the summary's ends, but never overlapping on a short history
     k = max(1, min(max(REWARD_MIN_VERSIONS, round(REWARD_FRACTION * len(series))), len(series) // 2))
     first, last = mean_reward(series[:k]), mean_reward(series[-k:])
@@ -284,6 +299,8 @@ def reward_panel(statuses: list[Status]) -> Panel:
         f"first {k} versions: {first or 0.0:.3f}  →  last {k}: {last or 0.0:.3f}   "
         f"(v{series[0][0]}–v{series[-1][0]}, {len(series)} versions)"
     )
+    if notice:
+        body.append("\n" + notice, style="yellow")
     return Panel(body, title="mean task reward over versions")
 
 

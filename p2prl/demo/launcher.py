@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ class DemoOptions:
     keep: bool = False
     dashboard: bool = True
     # network settings: small, so a 2-core CPU learns within minutes
-    max_new_tokens: int = 4
+    max_new_tokens: int = 0  # 0: the model's (4 for the built-in model; p2prl.rl.gendefaults)
     group_size: int = 8
     groups_per_batch: int = 16
     anchor_interval: int = 10
@@ -69,15 +69,17 @@ class DemoOptions:
     model_cache: Path | None = None  # default: $P2PRL_CACHE or ~/.cache/p2prl (the model is built once)
     model: Path | None = None  # a local HF directory instead of the built-in model
     task: str = "addition"
-    prompt_format: str = "raw"
+    task_params: dict[str, Any] = field(default_factory=dict)  # unset ones: the model's defaults
+    prompt_format: str | None = None  # None: chat when the model's tokenizer has a template, else raw
     system_prompt: str = ""
+    eval_problems: int = -1  # held-out greedy evaluation at the end; -1: 256 (built-in model) / 32; 0: none
     device: str = "cpu"
     validator_device: str | None = None  # default: ``device`` (a CUDA network judged on the CPU, say)
     engine: str = "auto"  # the miners' rollout engine: auto, hf or vllm (node --engine)
     # the trainer's step equals train-local's (32 prompts x 8 samples, lr 3e-4), taken train_epochs
     # times on each batch; each miner announces batches_per_version batches of 16 prompts per
     # version, so the miners make what the trainer consumes and no more (staleness stays 0-1)
-    lr: float = 3e-4
+    lr: float = 0.0  # 0: 3e-4 for the built-in model, p2prl.rl.gendefaults.MODEL_LR with --model
     train_batch_groups: int = 32
     train_epochs: int = 3
     batches_per_version: int = 2
@@ -111,6 +113,13 @@ def prepare(opts: DemoOptions, root: Path, s3_endpoint: str) -> dict[str, Any]:
     trainer_addr = f"/ip4/127.0.0.1/tcp/{plan['trainer_port']}/p2p/{peer_id_for(ids['trainer'])}"
     genesis_path = root / "genesis.json"
     model_cache = opts.model_cache or _default_cache()
+    if opts.model is not None:  # torch: only a --model demo derives its settings before the nodes start
+        from p2prl.rl import run_defaults
+
+        d = run_defaults(opts.model, opts.task, opts.task_params, opts.prompt_format, opts.max_new_tokens)
+        fmt, max_new, params = d.prompt_format, d.max_new_tokens, d.task_params
+    else:
+        fmt, max_new, params = opts.prompt_format or "raw", opts.max_new_tokens or 4, dict(opts.task_params)
     spec = NetworkSpec(
         network_id=NETWORK_ID,
         validators=[ids["validator"].public_hex],
@@ -118,12 +127,13 @@ def prepare(opts: DemoOptions, root: Path, s3_endpoint: str) -> dict[str, Any]:
         anchor_interval=opts.anchor_interval,
         chunk_size=opts.chunk_size,
         max_staleness=opts.max_staleness,
-        max_new_tokens=opts.max_new_tokens,
+        max_new_tokens=max_new,
         group_size=opts.group_size,
         groups_per_batch=opts.groups_per_batch,
         model=opts.model,
         task=opts.task,
-        prompt_format=opts.prompt_format,
+        task_params=params,
+        prompt_format=fmt,
         system_prompt=opts.system_prompt,
     )
     s3 = {"endpoint": s3_endpoint, "bucket": BUCKET, "prefix": ""} if s3_endpoint else None
@@ -171,7 +181,12 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
         "--report-weights-sha256",  # the summary compares every node's weights
     ]
     if role == "trainer":
-        args += ["--lr", str(opts.lr), "--train-batch-groups", str(opts.train_batch_groups)]
+        lr = opts.lr or 3e-4
+        if not opts.lr and opts.model is not None:
+            from p2prl.rl import MODEL_LR  # torch, as --model's prepare() already loaded
+
+            lr = MODEL_LR
+        args += ["--lr", str(lr), "--train-batch-groups", str(opts.train_batch_groups)]
         args += ["--s3-sign"]  # it writes the mirror; the others read it unsigned
         args += ["--checkpoint-every", str(opts.checkpoint_every), "--train-epochs", str(opts.train_epochs)]
         args += ["--min-publish-s", str(opts.min_publish_s)]
@@ -269,6 +284,24 @@ def honest_check(miners: list[dict[str, Any]], rejections: dict[str, int]) -> di
     return {"ok": ok, "detail": detail}
 
 
+def why_no_training(trainer: dict[str, Any], validator: dict[str, Any]) -> str:
+    """Why a run published nothing new, when it did not ("" when it trained): a silent 0 → 0 is the
+    worst answer a user can get to "is it learning?"."""
+    tc = trainer.get("counters", {})
+    steps, skipped = int(tc.get("train_steps", 0)), int(tc.get("train_steps_skipped", 0))
+    if steps and skipped == steps:
+        return (
+            f"the trainer skipped all {steps} steps: every group's rewards were equal (no GRPO signal); "
+            "a task with partial credit or more samples per prompt gives it one"
+        )
+    if not steps and int(trainer.get("counters", {}).get("versions_published", 0)) <= 1:
+        accepted = int(validator.get("counters", {}).get("groups_accepted", 0))
+        if not accepted:
+            return "the trainer took no step: the validator accepted no group yet (see rejections)"
+        return f"the trainer took no step: {accepted} groups accepted, fewer than one training batch"
+    return ""
+
+
 def summarize(
     plan: dict[str, Any], statuses: dict[str, dict[str, Any] | None], names: list[str]
 ) -> dict[str, Any]:
@@ -325,6 +358,8 @@ def summarize(
         "groups_rejected": int(c.get("groups_rejected", 0)),
         "groups_trained_on": int(trainer.get("counters", {}).get("groups_consumed", 0)),
         "train_steps": int(trainer.get("counters", {}).get("train_steps", 0)),
+        "train_steps_skipped": int(trainer.get("counters", {}).get("train_steps_skipped", 0)),
+        "notice": why_no_training(trainer, validator),
         "trainer_patch_bytes": published,
         "trainer_upload_bytes": uploaded,
         "trainer_upload_ratio": round(uploaded / published, 3) if published else 0.0,
@@ -399,6 +434,7 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
                 stop.wait(1.0)
         if opts.duration is not None:
             summary = _finish(sup, plan, names, opts, stop)
+            summary["held_out"] = {}
     except KeyboardInterrupt:
         print("stopping…", flush=True)
     except (RuntimeError, ValueError, OSError) as e:
@@ -410,6 +446,8 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
             signal.signal(sig, handler)
         if summary is not None and "error" not in summary:
             summary["exit_codes"] = codes
+            if "held_out" in summary and not stop.is_set():
+                summary["held_out"] = _held_out(opts, root, plan)
         if opts.summary_json is not None and summary is not None:
             Path(opts.summary_json).write_text(json.dumps(summary, indent=1) + "\n")
         if tmp is not None and not opts.keep:
@@ -417,6 +455,21 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
         elif tmp is not None:
             print(f"kept {tmp}", flush=True)
     return summary
+
+
+def _held_out(opts: DemoOptions, root: Path, plan: dict[str, Any]) -> dict[str, Any]:
+    """The held-out accuracy of the base model and of the version miner1 ended on (nodes stopped)."""
+    n = opts.eval_problems if opts.eval_problems >= 0 else (256 if opts.model is None else 32)
+    if n == 0:
+        return {}
+    from p2prl.demo.heldout import held_out
+
+    print(f"held-out evaluation: {n} problems, base model and last version…", flush=True)
+    try:
+        return held_out(plan["genesis"], opts.model, plan["model_cache"], root / "miner1" / "miner" / "weights", n)
+    except (OSError, ValueError) as e:
+        log.warning("held-out evaluation failed: %s", e)
+        return {"error": str(e)}
 
 
 def _finish(

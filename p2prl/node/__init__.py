@@ -17,10 +17,12 @@ if TYPE_CHECKING:
         genesis_from_spec,
         init_network,
         spec_warnings,
+        with_model_defaults,
     )
     from p2prl.node.role import NodeStartError
     from p2prl.node.run import run_node
     from p2prl.node.validator import position_secret
+    from p2prl.node.weights import load_saved_weights
 
 __all__ = [
     "ENV_PREFIX",
@@ -35,10 +37,12 @@ __all__ = [
     "genesis_from_spec",
     "init_network",
     "load_config",
+    "load_saved_weights",
     "position_secret",
     "read_genesis",
     "run_node",
     "spec_warnings",
+    "with_model_defaults",
     "write_genesis",
 ]
 

@@ -240,6 +240,27 @@ def describe_model(
     return model, stops, assets + ((data,) if data is not None else ())
 
 
+def with_model_defaults(spec: SpecValues, explicit: frozenset[str] = frozenset()) -> SpecValues:
+    """``spec`` with the generation settings its ``--model`` implies where the user gave none
+    (``explicit``: the spec fields set on the command line): the chat format when the tokenizer has a
+    template, a completion bound that fits the task, the addition task's chat style
+    (``p2prl.rl.gendefaults``). The built-in model's spec is returned as it is."""
+    if spec.model is None:
+        return spec
+    from p2prl.rl import run_defaults  # torch: only a --model network needs it
+
+    d = run_defaults(
+        spec.model,
+        spec.task,
+        spec.task_params,
+        spec.prompt_format if "prompt_format" in explicit else None,
+        spec.max_new_tokens if "max_new_tokens" in explicit else 0,
+    )
+    return dataclasses.replace(
+        spec, prompt_format=d.prompt_format, max_new_tokens=d.max_new_tokens, task_params=d.task_params
+    )
+
+
 def init_network(spec: SpecValues, *, key_path: Path, model_cache: Path, out: Path) -> SignedGenesis:
     """Check everything first (task, model directory, prompt format), then create the trainer key if
     needed, sign and write the genesis file: a failed check writes nothing."""

@@ -11,12 +11,14 @@ from p2prl.rl.tasks import Task, derive_seed, file_sha256, get_task, parse_task_
 
 if TYPE_CHECKING:
     from p2prl.rl.buffer import ReplayBuffer
+    from p2prl.rl.cpu import torch_threads
     from p2prl.rl.distributed import launched, make_learner, rank
     from p2prl.rl.engine import (
         GenerationParams,
         HFEngine,
         RolloutEngine,
         Sample,
+        copy_state_in_place,
         processed_logprobs,
         teacher_forced,
     )
@@ -28,6 +30,12 @@ if TYPE_CHECKING:
         open_vllm,
         vllm_unsupported,
     )
+    from p2prl.rl.evaluate import evaluate as evaluate_policy
+    from p2prl.rl.evaluate import evaluate_dir
+    from p2prl.rl.gendefaults import MODEL_LR, RunDefaults, run_defaults
+    from p2prl.rl.ggufdir import PRESETS as GGUF_PRESETS
+    from p2prl.rl.ggufdir import convert as convert_gguf
+    from p2prl.rl.ggufdir import from_package as model_from_package
     from p2prl.rl.grpo import GRPOConfig, PolicyLearner
     from p2prl.rl.local import DEFAULT_LR, LocalConfig, default_cache_dir, train_local
     from p2prl.rl.model import (
@@ -65,6 +73,8 @@ __all__ = [
     "BIG_ARCH",
     "DEFAULT_LR",
     "ENGINES",
+    "GGUF_PRESETS",
+    "MODEL_LR",
     "QWEN25_05B",
     "TINY",
     "VLLM_TINY",
@@ -81,6 +91,7 @@ __all__ = [
     "Rollout",
     "RolloutEngine",
     "RolloutGroup",
+    "RunDefaults",
     "Sample",
     "Task",
     "Tokenizer",
@@ -90,9 +101,13 @@ __all__ = [
     "choose_engine",
     "clone_state",
     "config_sha256",
+    "convert_gguf",
+    "copy_state_in_place",
     "default_cache_dir",
     "derive_seed",
     "describe",
+    "evaluate_dir",
+    "evaluate_policy",
     "file_sha256",
     "get_task",
     "has_weights",
@@ -103,6 +118,7 @@ __all__ = [
     "load_weights_model",
     "make_learner",
     "model_from_config",
+    "model_from_package",
     "model_meta",
     "open_vllm",
     "pack_files",
@@ -113,11 +129,13 @@ __all__ = [
     "processed_logprobs",
     "random_qwen2",
     "rank",
+    "run_defaults",
     "sample_key",
     "stop_ids_of",
     "teacher_forced",
     "token_intervals",
     "tokenizer_sha256",
+    "torch_threads",
     "train_local",
     "uniforms",
     "unique_state",

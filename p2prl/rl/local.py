@@ -139,8 +139,11 @@ def _loop(
     miner_key = b"local-miner"
     history: list[dict[str, Any]] = []
     fractions: list[float] = []
+    t_eval = time.monotonic()
     greedy_first = greedy_success(policy, tok, task, cfg.eval_problems, cfg.max_new_tokens)
     greedy_last = greedy_first
+    timing = {"eval_s": time.monotonic() - t_eval, "generate_s": 0.0, "step_s": 0.0}
+    skipped = 0
     t0 = time.monotonic()
     deadline = t0 + cfg.minutes * 60
     step = 0
@@ -152,22 +155,30 @@ def _loop(
         params = GenerationParams(
             cfg.max_new_tokens, cfg.temperature, cfg.top_p, seed=cfg.seed * 1_000_003 + step
         )
+        t_gen = time.monotonic()
         samples = engine.generate(prompts, cfg.samples_per_prompt, params)
+        t_step = time.monotonic()
         rewards = []
+        equal = 0
         for prob, pid, group in zip(problems, prompts, samples, strict=True):
             rolls = [
                 Rollout(s.completion_ids, s.logprobs, task.reward(prob, tok.decode(s.completion_ids)))
                 for s in group
             ]
             rewards.extend(r.reward for r in rolls)
+            equal += len({r.reward for r in rolls}) == 1
             buffer.add(RolloutGroup(pid, rolls, version=version, miner="local", problem=prob))
         stats = trainer.step(buffer.sample(trainer.version, cfg.prompts_per_step))
+        timing["generate_s"] += t_step - t_gen
+        timing["step_s"] += time.monotonic() - t_step
         step += 1
+        skipped += bool(stats["skipped"])
         rec: dict[str, Any] = {
             "step": step,
             "version": version,
             "elapsed_s": time.monotonic() - t0,
             "reward": sum(rewards) / len(rewards),
+            "equal_groups": equal / len(problems),
             **{k: stats[k] for k in ("loss", "clip_frac", "grad_norm", "skipped")},
         }
         if not stats["skipped"]:
@@ -182,7 +193,9 @@ def _loop(
             published = new
             rec["changed_fraction"] = frac
         if cfg.eval_every and step % cfg.eval_every == 0:
+            t_eval = time.monotonic()
             greedy_last = greedy_success(policy, tok, task, cfg.eval_problems, cfg.max_new_tokens)
+            timing["eval_s"] += time.monotonic() - t_eval
             rec["greedy"] = greedy_last
         history.append(rec)
         if on_step:
@@ -202,6 +215,16 @@ def _loop(
         "reward_last_10pct": sum(r["reward"] for r in tail) / len(tail) if tail else None,
         "greedy_first": greedy_first,
         "greedy_last": greedy_last,
+        "eval_problems": cfg.eval_problems,
+        "steps_skipped": skipped,
+        # a run whose every step was skipped learned nothing: say so rather than report 0 → 0 silently
+        "notice": "every step skipped: all groups' rewards were equal (no GRPO signal)"
+        if step and skipped == step
+        else "",
+        "timing_s": {k: round(v, 2) for k, v in timing.items()},
+        "max_new_tokens": cfg.max_new_tokens,
+        "prompt_format": cfg.prompt_format,
+        "task_params": cfg.task_params,
         "changed_fraction_mean": sum(fractions) / len(fractions) if fractions else 0.0,
         "changed_fraction_first": fractions[0] if fractions else 0.0,
         "rollouts_per_step": cfg.prompts_per_step * cfg.samples_per_prompt,

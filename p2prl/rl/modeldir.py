@@ -43,6 +43,7 @@ WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a tokenizer.json of a 256k vocabulary is ~30 MB
 VOLATILE_CONFIG_KEYS = ("transformers_version", "_name_or_path")
+END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
 
 
 class ModelDirError(ValueError):
@@ -137,6 +138,30 @@ def check_weight_files(directory: Path) -> list[Path]:
     raise ModelDirError(f"{d} has no safetensors weights ({WEIGHTS_FILE} or {WEIGHTS_INDEX})")
 
 
+def check_causal_lm(directory: Path) -> None:
+    """config.json names a model type transformers has a causal-LM class for (a cheap check, before
+    any weights load): an encoder, a vision model or a config without ``model_type`` is refused."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    d = Path(directory)
+    check_files(d, weights=False)
+    cfg = _read_json(d / CONFIG_FILE)
+    mt = cfg.get("model_type") if isinstance(cfg, dict) else None
+    if not isinstance(mt, str) or not mt:
+        raise ModelDirError(f"{d} is not a causal LM: config.json names no model_type")
+    if mt not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise ModelDirError(f"{d} is not a causal LM: transformers has no causal-LM class for model_type {mt!r}")
+
+
+def has_chat_template(directory: Path) -> bool:
+    """Whether the directory's tokenizer carries a chat template (a file, or in tokenizer_config.json)."""
+    d = Path(directory)
+    if (d / "chat_template.jinja").is_file() or (d / "chat_template.json").is_file():
+        return True
+    cfg = d / "tokenizer_config.json"
+    return cfg.is_file() and bool(_read_json(cfg).get("chat_template"))
+
+
 def has_weights(directory: Path) -> bool:
     d = Path(directory)
     return (d / WEIGHTS_FILE).is_file() or (d / WEIGHTS_INDEX).is_file()
@@ -156,12 +181,17 @@ def check_files(directory: Path, weights: bool = True) -> None:
 
 
 def stop_ids_of(directory: Path, tok: Any) -> tuple[int, ...]:
-    """Stop tokens: the tokenizer's eos, then generation_config.json's ``eos_token_id`` (int or list)."""
+    """Stop tokens: the tokenizer's eos, then generation_config.json's ``eos_token_id`` (int or list),
+    then the end-of-turn/end-of-text tokens of the common chat formats the vocabulary holds as single
+    tokens (:data:`END_TOKENS`): a chat model whose eos is one of them also stops at the other."""
     ids = [int(tok.eos_token_id)] if tok.eos_token_id is not None else []
     gen = Path(directory) / GENERATION_FILE
     if gen.is_file():
         eos = _read_json(gen).get("eos_token_id")
         ids.extend(e for e in (eos if isinstance(eos, list) else [eos]) if isinstance(e, int))
+    if ids:
+        vocab = tok.get_vocab()
+        ids.extend(int(vocab[t]) for t in END_TOKENS if t in vocab)
     if not ids:
         raise ModelDirError("the tokenizer has no eos token and generation_config.json names none")
     return tuple(dict.fromkeys(ids))
@@ -206,6 +236,7 @@ def describe(directory: Path, name: str = "") -> tuple[ModelSpec, tuple[int, ...
 
     d = Path(directory)
     check_files(d)
+    check_causal_lm(d)
     cfg_hash = config_sha256(d)
     try:
         tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True)

@@ -117,3 +117,32 @@ def test_reward_chart_is_a_png_of_both_series(tmp_path: Path) -> None:
     pixels = {raw[i : i + 3] for y in range(h) for i in range(y * (1 + 3 * w) + 1, (y + 1) * (1 + 3 * w), 3)}
     assert bytes(REWARD_RGB) in pixels and bytes(ACCEPT_RGB) in pixels
     write_chart([], tmp_path / "empty.png")  # a run with no versions still gives a (blank) chart
+
+
+def test_the_report_says_why_nothing_trained_and_the_held_out_figures() -> None:
+    from p2prl.dashboard.summary import learning_lines
+    from p2prl.dashboard.view import skipped_notice
+    from p2prl.demo.launcher import why_no_training
+
+    skipping = {"counters": {"train_steps": 6, "train_steps_skipped": 6, "versions_published": 1}}
+    note = why_no_training(skipping, {})
+    assert note.startswith("the trainer skipped all 6 steps: every group's rewards were equal")
+    assert "skipped all 6 steps" in skipped_notice([{}, skipping])
+    assert why_no_training({"counters": {}}, {}) == (
+        "the trainer took no step: the validator accepted no group yet (see rejections)"
+    )
+    assert "12 groups accepted" in why_no_training({"counters": {}}, {"counters": {"groups_accepted": 12}})
+    trained = {"counters": {"train_steps": 6, "train_steps_skipped": 2, "versions_published": 5}}
+    assert why_no_training(trained, {}) == "" and skipped_notice([trained]) == ""
+    lines = learning_lines(
+        {
+            "held_out": {"problems": 32, "first": 0.0, "last": 0.3125, "version": 9, "reward_first": 0.2, "reward_last": 0.5},
+            "notice": note,
+        }
+    )
+    assert lines[0] == "held-out accuracy (32 problems, greedy): 0.000 → 0.312 (v9); mean reward 0.200 → 0.500"
+    assert lines[1] == f"notice: {note}"
+    assert learning_lines({}) == []
+    assert learning_lines({"held_out": {"problems": 16, "first": 0.3125, "last": None, "reward_first": 0.48}}) == [
+        "held-out accuracy (16 problems, greedy): 0.312, no trained version saved; mean reward 0.480"
+    ]

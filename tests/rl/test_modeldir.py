@@ -41,7 +41,8 @@ def test_network_init_pins_any_model(tmp_path: Path, hf_model_dir: Callable[...,
     assert g["model"]["architecture"] == "LlamaForCausalLM" and g["model"]["parameters"] > 0
     assert g["prompt"] == {"format": "chat", "system": "Be brief."}
     assert g["generation"]["stop_token_ids"] == list(stops) and len(stops) == 2
-    assert g["task"] == {"name": "addition", "params": {}, "data_sha256": ""}
+    # a chat model's addition reads the stated answer (p2prl.rl.gendefaults)
+    assert g["task"] == {"name": "addition", "params": {"style": "chat"}, "data_sha256": ""}
 
 
 @pytest.mark.parametrize(
@@ -49,7 +50,7 @@ def test_network_init_pins_any_model(tmp_path: Path, hf_model_dir: Callable[...,
     [
         ("no_weights", "no safetensors weights"),
         ("no_tokenizer", "no tokenizer files"),
-        ("bad_arch", "cannot load"),
+        ("bad_arch", "is not a causal LM: transformers has no causal-LM class for model_type 'no-such-model'"),
         ("lost_shard", "shards named"),
         ("extra_key", "do not add up"),
     ],

@@ -161,3 +161,39 @@ def test_digit_start_rewards_the_first_character_only() -> None:
     p = task.problem(b"\x07" * 32)
     assert p.prompt == get_task("addition", digits=1).problem(b"\x07" * 32).prompt
     assert [task.reward(p, c) for c in ("7", "12abc", "x1", "", " 3", "٣")] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_addition_chat_style_reads_the_stated_answer_and_shapes_credit() -> None:
+    from p2prl.rl.tasks.addition import stated_answer
+
+    task = AdditionTask(digits=2, style="chat")
+    p = task.problem(b"x")
+    a, b, s = p.meta["a"], p.meta["b"], int(p.answer)
+    assert p.prompt == f"What is {a} + {b}? Answer with the number only."
+    assert get_task("addition", digits=2).problem(b"x").prompt == f"{a}+{b}="  # the toy's default is kept
+    # right, however it is written: the number alone, the equation, a sentence
+    for right in (f"{s}", f" {s}.", f"{a} + {b} = {s}", f"The answer is {s}. Indeed {a}+{b}={s}"):
+        assert task.correct(p, right) and task.reward(p, right) == 1.0
+    # wrong: credit for a number (0.1), for the number alone (0.2), for closeness (up to 0.3)
+    assert task.reward(p, "no idea") == 0.0 and not task.correct(p, "no idea")
+    assert task.reward(p, "") == 0.0
+    assert task.reward(p, f"{s + 1}") > task.reward(p, f"{s + 50}") > 0.3
+    assert task.reward(p, f"{s + 1}") > task.reward(p, f"It is {s + 1}") > task.reward(p, "It is -999")
+    assert task.reward(p, "It is -999") == 0.1
+    # the stated answer: after the first '=', else the first integer; the equation's operands do not count
+    assert stated_answer(f"{a} + {b} = {s + 2}") == (s + 2, False)
+    assert stated_answer(f"{s}.") == (s, True)
+    assert stated_answer("x" * 300 + "5") == (None, False)  # only the first 256 characters are read
+    assert stated_answer("9" * 40) == (9_999_999_999_999_999_999, False)  # at most 19 digits at once
+    # every reward is in [0, 1] and a float the same on every machine (thousandths)
+    for text in ["1", "99999", "-5", "=", "= =7", "\x00\uffff", "3 + 4 = 7 = 8"]:
+        r = task.reward(p, text)
+        assert 0.0 <= r <= 1.0 and round(r * 1000) == r * 1000
+    with pytest.raises(ValueError, match="style must be one of exact, chat"):
+        get_task("addition", style="verbose")
+
+
+def test_addition_exact_style_correct_is_its_reward() -> None:
+    task = AdditionTask(digits=2)
+    p = task.problem(b"y")
+    assert task.correct(p, p.answer) and not task.correct(p, f"{p.meta['a']}+{p.meta['b']}={p.answer}")

@@ -52,7 +52,8 @@ def seed_ints(seed: bytes, n: int) -> list[int]:
 
 
 class Task(ABC):
-    """A family of problems with an exact, recomputable reward (1.0 right, 0.0 wrong or malformed).
+    """A family of problems with a recomputable reward in [0, 1]: 1.0 right; 0.0 wrong or malformed, or
+    a task's shaped partial credit (a float the same on every machine).
 
     Subclasses take their parameters as keyword arguments of ``__init__`` (JSON scalars: they are
     signed into the genesis) and raise ``ValueError`` on a bad one. ``problem`` must depend on the
@@ -70,3 +71,8 @@ class Task(ABC):
     @abstractmethod
     def reward(self, problem: Problem, completion: str) -> float:
         """The reward of ``completion`` (decoded text, without the stop token) for ``problem``."""
+
+    def correct(self, problem: Problem, completion: str) -> bool:
+        """Whether ``completion`` answers ``problem`` right (what accuracy counts): full reward, unless a
+        task with partial credit says otherwise."""
+        return self.reward(problem, completion) >= 1.0
