@@ -312,8 +312,27 @@ def demo(
         typer.echo("\n".join(run_report(summary)))
         if files:
             typer.echo("wrote " + ", ".join(map(str, files)))
-        if summary.get("error"):
-            raise typer.Exit(1)
+        code, why = demo_exit(summary)
+        if code:
+            typer.echo(f"demo: {why}", err=True)
+            raise typer.Exit(code)
+
+
+DEMO_FAILED, DEMO_PROBLEM = 1, 3  # exit codes: the run did not finish; it finished, a check failed
+
+
+def demo_exit(summary: dict[str, Any]) -> tuple[int, str]:
+    """``(exit code, why)`` of a finished demo: 0 on the verdict OK, ``DEMO_PROBLEM`` naming each
+    failed check on PROBLEM, ``DEMO_FAILED`` when the run itself failed — so a script or CI can use
+    ``p2prl demo --duration N`` as a check."""
+    from p2prl.dashboard import run_checks
+
+    if summary.get("error"):
+        return DEMO_FAILED, f"FAILED: {str(summary['error']).splitlines()[0]}"
+    failed = [f"{name} ({detail})" if detail else name for name, ok, detail in run_checks(summary) if not ok]
+    if failed:
+        return DEMO_PROBLEM, "PROBLEM: check failed: " + "; ".join(failed)
+    return 0, ""
 
 
 def dashboard(
