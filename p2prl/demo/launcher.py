@@ -33,6 +33,7 @@ from p2prl.dashboard import (
 from p2prl.demo.supervisor import Supervisor, s3_missing
 from p2prl.net import free_port, peer_id_for
 from p2prl.node import NetworkSpec, describe_model, genesis_from_spec, write_genesis
+from p2prl.reasons import VerdictReason
 from p2prl.rl import pin_task_params
 
 log = logging.getLogger(__name__)
@@ -251,19 +252,30 @@ def progress_line(elapsed: float, statuses: dict[str, dict[str, Any] | None], na
     )
 
 
+# rejections that say when a batch arrived, not what it holds: the validator was behind (stale), could
+# not fetch the batch within its probe (unreachable: on one loaded machine, the validator's own
+# process starved as often as the miner's), or the batch follows one it never judged (index_gap).
+# Their count follows the machine's load; the summary reports it as a figure, the check ignores it.
+TIMING_REJECTIONS = frozenset({VerdictReason.STALE, VerdictReason.UNREACHABLE, VerdictReason.INDEX_GAP})
+
+
 def honest_check(miners: list[dict[str, Any]], rejections: dict[str, int]) -> dict[str, Any]:
-    """An honest network rejects nothing but stale rollouts and scores every honest miner above 0
-    (with a dishonest miner in the run, its rejections are expected and not judged here)."""
+    """An honest network rejects nothing for what its rollouts hold and scores every honest miner
+    above 0 (with a dishonest miner in the run, its rejections are expected and not judged here).
+    Timing rejections (``TIMING_REJECTIONS``) are counted in the detail, not failed on."""
     honest = [m for m in miners if m.get("honest", True)]
     zero = [m["name"] for m in honest if int(m.get("score", 0)) <= 0]
     if len(honest) == len(miners):
-        other = {k: v for k, v in rejections.items() if k != "stale"}
+        other = {k: v for k, v in rejections.items() if k not in TIMING_REJECTIONS}
+        timing = {k: v for k, v in rejections.items() if k in TIMING_REJECTIONS}
     else:  # the validator's counters do not say whose: judge honest miners by the verdicts they got
-        other = {
-            f"{m['name']} {k}": v for m in honest for k, v in m.get("rejections", {}).items() if k != "stale"
-        }
+        mine = [(m["name"], k, v) for m in honest for k, v in m.get("rejections", {}).items()]
+        other = {f"{n} {k}": v for n, k, v in mine if k not in TIMING_REJECTIONS}
+        timing = {f"{n} {k}": v for n, k, v in mine if k in TIMING_REJECTIONS}
     ok = not zero and not other
-    detail = "honest miners: nothing rejected but stale, every score > 0"
+    late = ", ".join(f"{k} {int(v)}" for k, v in sorted(timing.items()))
+    detail = "honest miners: nothing rejected for its content" + (f" (timing: {late})" if late else "")
+    detail += ", every score > 0"
     if not ok:
         detail = f"honest miners: rejected {other or 'nothing'}, score 0: {zero or 'none'}"
     return {"ok": ok, "detail": detail}

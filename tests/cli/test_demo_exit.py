@@ -22,7 +22,7 @@ OK = {
     "groups_accepted": 4,
     "groups_rejected": 0,
     "rejections": {},
-    "checks": {"honest": {"ok": True, "detail": "honest miners: nothing rejected but stale, every score > 0"}},
+    "checks": {"honest": {"ok": True, "detail": "honest miners: nothing rejected for its content, every score > 0"}},
 }
 BEHIND = {**OK, "miners": [{**MINER, "version": 2}]}
 REJECTED = {**OK, "checks": {"honest": {"ok": False, "detail": "honest miners: rejected {'sampling': 1}"}}}
