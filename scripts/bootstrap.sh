@@ -158,7 +158,7 @@ case "$cmd" in
     ruff check .
     lint-imports
     # at the floors, the built-in model is written by that transformers, in a cache of its own
-    [ $lowest = 1 ] && export P2PRL_CACHE="${P2PRL_CACHE:-$PWD/$VENV/model-cache}"
+    [ $lowest = 1 ] && export P2PRL_CACHE="${P2PRL_CACHE:-$(cd "$VENV" && pwd)/model-cache}"
     if [ $lowest = 1 ] && [ $# -eq 1 ] && [ "$1" = --fast ]; then
       # at the floors: the CLI's start-up against the lowest typer, and a smoke subset of the suite
       python -m p2prl --help >/dev/null

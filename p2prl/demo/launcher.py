@@ -29,6 +29,7 @@ from p2prl.dashboard import (
     reward_ends,
     reward_series,
     run_dashboard,
+    run_report,
 )
 from p2prl.demo.supervisor import Supervisor, s3_missing
 from p2prl.net import free_port, peer_id_for
@@ -372,6 +373,8 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
     for sig in stop_signals:
         signal.signal(sig, lambda *_: stop.set())
     summary: dict[str, Any] | None = None
+    closing: dict[str, Any] | None = None  # an interactive run's last state, printed once stopped
+    plan: dict[str, Any] | None = None
     sup = Supervisor(root)
     try:
         missing = s3_missing()
@@ -395,7 +398,8 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
         print("nodes: " + ", ".join(f"{n} {u}" for n, u in zip(names, urls, strict=True)), flush=True)
         wait_up(sup, lambda: _statuses(plan, names), opts.startup_timeout_s, stop)
         if opts.duration is None and opts.dashboard:
-            run_dashboard(urls, stop=stop)
+            run_dashboard(urls, stop=stop)  # returns on Ctrl-C
+            closing = _closing(plan, names, len(sup.children))
         else:
             start = time.monotonic()
             end = start + (opts.duration if opts.duration is not None else 1e12)
@@ -412,12 +416,20 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
         if opts.duration is not None:
             summary = _finish(sup, plan, names, opts, stop)
     except KeyboardInterrupt:
-        print("stopping…", flush=True)
+        closing = _closing(plan, names, len(sup.children)) if plan is not None else None
     except (RuntimeError, ValueError, OSError) as e:
         log.error("demo failed: %s", e)
         summary = {"error": str(e)}
     finally:
-        codes = sup.stop_all()
+        t0 = time.monotonic()
+        prev_int = signal.signal(signal.SIGINT, lambda *_: print("still stopping…", flush=True))
+        try:
+            codes = sup.stop_all()
+        finally:
+            signal.signal(signal.SIGINT, prev_int)
+        if closing is not None:
+            print(f"stopped in {time.monotonic() - t0:.1f} s; the network at Ctrl-C:", flush=True)
+            print("\n".join(run_report(closing)), flush=True)
         for sig, handler in prev.items():
             signal.signal(sig, handler)
         if summary is not None and "error" not in summary:
@@ -429,6 +441,16 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
         elif tmp is not None:
             print(f"kept {tmp}", flush=True)
     return summary
+
+
+def _closing(plan: dict[str, Any], names: list[str], nodes: int) -> dict[str, Any] | None:
+    """Ctrl-C on an interactive run: say at once that the network is stopping (each node saves its
+    state, up to the supervisor's grace period), and read the summary it ends with before it stops."""
+    print(f"\nstopping {nodes} nodes (each saves its state; up to 20 s)…", flush=True)
+    try:
+        return summarize(plan, _statuses(plan, names), names)
+    except KeyboardInterrupt:  # a second Ctrl-C: stop without the summary
+        return None
 
 
 def _finish(
