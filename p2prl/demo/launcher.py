@@ -29,10 +29,12 @@ from p2prl.dashboard import (
     reward_ends,
     reward_series,
     run_dashboard,
+    run_report,
 )
 from p2prl.demo.supervisor import Supervisor, s3_missing
 from p2prl.net import free_port, peer_id_for
 from p2prl.node import NetworkSpec, describe_model, genesis_from_spec, write_genesis
+from p2prl.reasons import VerdictReason
 from p2prl.rl import pin_task_params
 
 log = logging.getLogger(__name__)
@@ -266,19 +268,30 @@ def progress_line(elapsed: float, statuses: dict[str, dict[str, Any] | None], na
     )
 
 
+# rejections that say when a batch arrived, not what it holds: the validator was behind (stale), could
+# not fetch the batch within its probe (unreachable: on one loaded machine, the validator's own
+# process starved as often as the miner's), or the batch follows one it never judged (index_gap).
+# Their count follows the machine's load; the summary reports it as a figure, the check ignores it.
+TIMING_REJECTIONS = frozenset({VerdictReason.STALE, VerdictReason.UNREACHABLE, VerdictReason.INDEX_GAP})
+
+
 def honest_check(miners: list[dict[str, Any]], rejections: dict[str, int]) -> dict[str, Any]:
-    """An honest network rejects nothing but stale rollouts and scores every honest miner above 0
-    (with a dishonest miner in the run, its rejections are expected and not judged here)."""
+    """An honest network rejects nothing for what its rollouts hold and scores every honest miner
+    above 0 (with a dishonest miner in the run, its rejections are expected and not judged here).
+    Timing rejections (``TIMING_REJECTIONS``) are counted in the detail, not failed on."""
     honest = [m for m in miners if m.get("honest", True)]
     zero = [m["name"] for m in honest if int(m.get("score", 0)) <= 0]
     if len(honest) == len(miners):
-        other = {k: v for k, v in rejections.items() if k != "stale"}
+        other = {k: v for k, v in rejections.items() if k not in TIMING_REJECTIONS}
+        timing = {k: v for k, v in rejections.items() if k in TIMING_REJECTIONS}
     else:  # the validator's counters do not say whose: judge honest miners by the verdicts they got
-        other = {
-            f"{m['name']} {k}": v for m in honest for k, v in m.get("rejections", {}).items() if k != "stale"
-        }
+        mine = [(m["name"], k, v) for m in honest for k, v in m.get("rejections", {}).items()]
+        other = {f"{n} {k}": v for n, k, v in mine if k not in TIMING_REJECTIONS}
+        timing = {f"{n} {k}": v for n, k, v in mine if k in TIMING_REJECTIONS}
     ok = not zero and not other
-    detail = "honest miners: nothing rejected but stale, every score > 0"
+    late = ", ".join(f"{k} {int(v)}" for k, v in sorted(timing.items()))
+    detail = "honest miners: nothing rejected for its content" + (f" (timing: {late})" if late else "")
+    detail += ", every score > 0"
     if not ok:
         detail = f"honest miners: rejected {other or 'nothing'}, score 0: {zero or 'none'}"
     return {"ok": ok, "detail": detail}
@@ -395,6 +408,8 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
     for sig in stop_signals:
         signal.signal(sig, lambda *_: stop.set())
     summary: dict[str, Any] | None = None
+    closing: dict[str, Any] | None = None  # an interactive run's last state, printed once stopped
+    plan: dict[str, Any] | None = None
     sup = Supervisor(root)
     try:
         missing = s3_missing()
@@ -418,7 +433,8 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
         print("nodes: " + ", ".join(f"{n} {u}" for n, u in zip(names, urls, strict=True)), flush=True)
         wait_up(sup, lambda: _statuses(plan, names), opts.startup_timeout_s, stop)
         if opts.duration is None and opts.dashboard:
-            run_dashboard(urls, stop=stop)
+            run_dashboard(urls, stop=stop)  # returns on Ctrl-C
+            closing = _closing(plan, names, len(sup.children))
         else:
             start = time.monotonic()
             end = start + (opts.duration if opts.duration is not None else 1e12)
@@ -436,12 +452,20 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
             summary = _finish(sup, plan, names, opts, stop)
             summary["held_out"] = {}
     except KeyboardInterrupt:
-        print("stopping…", flush=True)
+        closing = _closing(plan, names, len(sup.children)) if plan is not None else None
     except (RuntimeError, ValueError, OSError) as e:
         log.error("demo failed: %s", e)
         summary = {"error": str(e)}
     finally:
-        codes = sup.stop_all()
+        t0 = time.monotonic()
+        prev_int = signal.signal(signal.SIGINT, lambda *_: print("still stopping…", flush=True))
+        try:
+            codes = sup.stop_all()
+        finally:
+            signal.signal(signal.SIGINT, prev_int)
+        if closing is not None:
+            print(f"stopped in {time.monotonic() - t0:.1f} s; the network at Ctrl-C:", flush=True)
+            print("\n".join(run_report(closing)), flush=True)
         for sig, handler in prev.items():
             signal.signal(sig, handler)
         if summary is not None and "error" not in summary:
@@ -470,6 +494,16 @@ def _held_out(opts: DemoOptions, root: Path, plan: dict[str, Any]) -> dict[str, 
     except (OSError, ValueError) as e:
         log.warning("held-out evaluation failed: %s", e)
         return {"error": str(e)}
+
+
+def _closing(plan: dict[str, Any], names: list[str], nodes: int) -> dict[str, Any] | None:
+    """Ctrl-C on an interactive run: say at once that the network is stopping (each node saves its
+    state, up to the supervisor's grace period), and read the summary it ends with before it stops."""
+    print(f"\nstopping {nodes} nodes (each saves its state; up to 20 s)…", flush=True)
+    try:
+        return summarize(plan, _statuses(plan, names), names)
+    except KeyboardInterrupt:  # a second Ctrl-C: stop without the summary
+        return None
 
 
 def _finish(

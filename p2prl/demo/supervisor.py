@@ -21,6 +21,25 @@ from p2prl.net import free_port, public_read_policy
 log = logging.getLogger(__name__)
 
 
+def node_command(env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """``(argv, env)`` that run ``python -m p2prl`` on the very package this process imported.
+
+    ``python -m`` puts the working directory first on ``sys.path``: run from a clone's parent, the
+    clone's folder (also named p2prl, no ``__init__.py``) became the package and every node died on
+    ``cannot import name '__version__'``. ``-P`` leaves the working directory out, and a package
+    imported from a source tree (an editable install, ``PYTHONPATH``) has that tree put first.
+    """
+    import site
+
+    full = {**os.environ, **(env or {})}
+    root = Path(__file__).resolve().parents[2]  # the folder holding this p2prl package
+    sites = {Path(d).resolve() for d in [*site.getsitepackages(), site.getusersitepackages()]}
+    if root not in sites:
+        parts = [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p]
+        full["PYTHONPATH"] = os.pathsep.join([str(root), *(p for p in parts if p != str(root))])
+    return [sys.executable, "-P", "-m", "p2prl"], full
+
+
 @dataclass
 class Child:
     name: str
@@ -113,9 +132,9 @@ class Supervisor:
         logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / f"{name}.log"
         f = open(log_path, "ab")  # noqa: SIM115 (closed in stop_all)
-        full_env = {**os.environ, **(env or {})}
+        argv, full_env = node_command(env)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "p2prl", *args],
+            [*argv, *args],
             stdout=f,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

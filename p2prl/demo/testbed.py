@@ -16,10 +16,8 @@ inside its host, so it is read from a thread that entered that host's namespace.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -29,7 +27,7 @@ from typing import Any
 from p2prl.crypto import load_or_create_identity
 from p2prl.dashboard import fetch_status
 from p2prl.demo import launcher as d
-from p2prl.demo.supervisor import Child, Supervisor
+from p2prl.demo.supervisor import Child, Supervisor, node_command
 from p2prl.net import peer_id_for
 from p2prl.testbed import HostSpec, Testbed, enter
 
@@ -95,12 +93,13 @@ def run_demo_testbed(
                 logs = root / "logs"
                 logs.mkdir(parents=True, exist_ok=True)
                 f = open(logs / f"{name}.log", "ab")  # noqa: SIM115 (closed by stop_all)
+                argv, env = node_command(d.S3_ENV)
                 proc = subprocess.Popen(
-                    ["ip", "netns", "exec", h.ns, sys.executable, "-m", "p2prl", *args],
+                    ["ip", "netns", "exec", h.ns, *argv, *args],
                     stdout=f,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    env={**os.environ, **d.S3_ENV},
+                    env=env,
                     start_new_session=True,
                 )
                 child = Child(name, proc, logs / f"{name}.log", f)

@@ -52,7 +52,7 @@ class Miner:
         self.batches = 0
         self._last_batch = 0.0
         self._index_file = self.dir / "next_index.json"
-        self._rejections = RejectionLog()
+        self._rejections = RejectionLog(local_network=env.settings.local_network)
 
     # -- state ------------------------------------------------------------------
     def engine_state(self, w: Weights) -> dict[str, torch.Tensor]:

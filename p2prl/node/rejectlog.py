@@ -22,6 +22,12 @@ HINTS: dict[str, str] = {
     VerdictReason.INDEX_GAP: "the validator did not judge this node's earlier batches of this version (lost, "
     "or unreachable before): it takes them again from the next version, or once it restarts",
 }
+# the same rejection when this node already runs with --local-network: the flag is not what is missing
+HINTS_LOCAL: dict[str, str] = {
+    VerdictReason.UNREACHABLE: "the validator could not fetch this node's rollouts in time although this node "
+    "runs with --local-network: on a loaded machine the validator or this node was too slow to serve them "
+    "(check the load), or the validator was started without --local-network",
+}
 EVERY_S = 60.0
 KNOWN = frozenset(VerdictReason)
 
@@ -29,8 +35,9 @@ KNOWN = frozenset(VerdictReason)
 class RejectionLog:
     """Logs rejected groups by reason, each reason at most once per ``every_s`` seconds."""
 
-    def __init__(self, every_s: float = EVERY_S) -> None:
+    def __init__(self, every_s: float = EVERY_S, local_network: bool = False) -> None:
         self.every_s = every_s
+        self.hints = {**HINTS, **HINTS_LOCAL} if local_network else HINTS
         self._last: dict[str, float] = {}
         self._pending: Counter[str] = Counter()
 
@@ -45,7 +52,7 @@ class RejectionLog:
                 continue
             self._last[reason] = now
             del self._pending[reason]
-            hint = HINTS.get(reason, "")
+            hint = self.hints.get(reason, "")
             line = f"{n} group(s) rejected as {reason} (v{version})" + (f": {hint}" if hint else "")
             (log.error if reason in HARD_FAILURES else log.warning)("%s", line)
             lines.append(line)

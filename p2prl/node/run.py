@@ -195,5 +195,5 @@ def run_node(cfg: NodeConfig, role_factory: RoleFactory = make_role) -> None:
         node.close()
         done.set()
     log.info("stopped")
-    if died:
+    if died or node.rt.crashed:  # a supervisor (systemd, the demo) sees that it failed
         raise SystemExit(1)

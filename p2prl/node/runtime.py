@@ -8,6 +8,7 @@ on the pump thread (verified gossip in, heartbeats out) and its loops on threads
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -30,6 +31,16 @@ log = logging.getLogger(__name__)
 __all__ = ["NodeRuntime", "NodeStartError"]
 
 
+def disk_full(e: BaseException) -> bool:
+    """``e`` (or what caused it) is a write that found the disk full; libraries that write in native
+    code (safetensors) raise their own error type with the OS's message."""
+    while e is not None:
+        if (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "No space left on device" in str(e):
+            return True
+        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+    return False
+
+
 @dataclass
 class NodeRuntime:
     config: NodeConfig
@@ -40,6 +51,7 @@ class NodeRuntime:
     status: NodeStatus
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
+    crashed: list[str] = field(default_factory=list)  # threads that died: the node exits non-zero
 
     @property
     def outbox(self) -> Outbox:
@@ -73,8 +85,15 @@ class NodeRuntime:
         def run() -> None:
             try:
                 target()
-            except Exception:
-                log.exception("%s thread crashed; stopping the node", name)
+            except Exception as e:
+                if disk_full(e):  # one line that says what to do, not a traceback
+                    log.error(
+                        "%s: no space left on device (%s): free disk space under %s and restart the node",
+                        name, e, self.config.data_dir,
+                    )
+                else:
+                    log.exception("%s thread crashed; stopping the node", name)
+                self.crashed.append(name)
                 self.status.incr_label("thread_crash", name)
                 self.stop.set()
 

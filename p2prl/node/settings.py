@@ -42,6 +42,7 @@ class RoleSettings:
 class MinerSettings(RoleSettings):
     max_batches: int
     batches_per_version: int
+    local_network: bool  # what its rejection hints may blame
 
 
 @dataclass(frozen=True)

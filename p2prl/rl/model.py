@@ -1,11 +1,15 @@
-"""The default model: a tiny Qwen2-style char-level LM the project builds itself, plus local loading.
+"""The default model: a tiny Qwen2-style char-level LM the project built itself, plus local loading.
 
-No pretrained weights can be fetched, so ``build_default_model`` creates one from a fixed seed and
-warm-starts it on the default task with a short supervised run (fixed data, fixed step count) until
-it answers some problems but far from all — the regime where RL has something to learn. The result
-is an ordinary HF model directory (config.json, model.safetensors in bf16, the char vocabulary as a
-``tokenizers`` tokenizer.json) loaded like any other, plus ``p2prl_model.json`` recording its weights
-hash and warm-start result.
+No pretrained weights can be fetched, so the project trained one from a fixed seed, warm-started on
+the default task with a short supervised run (fixed data, fixed step count) until it answers some
+problems but far from all — the regime where RL has something to learn. Its bf16 weights ship with
+the package (``rl/data``) because a genesis names them by hash and that training run's float
+arithmetic is not the same bits on every CPU (an AVX2, an AVX-512 and an AMX build each gave another
+hash): ``build_default_model`` writes them out as an ordinary HF model directory (config.json,
+model.safetensors, the char vocabulary as a ``tokenizers`` tokenizer.json) loaded like any other, plus
+``p2prl_model.json`` recording its weights hash and warm-start result. ``train_default_model`` is the
+recipe that made them (``python -m p2prl.rl.retrain`` reruns it and says whether this CPU gives the
+shipped bits).
 """
 
 from __future__ import annotations
@@ -56,6 +60,11 @@ BIG_ARCH = {
 # 600 steps: greedy success ≈ 0.34, sampled reward ≈ 0.12 — enough groups with mixed rewards for
 # GRPO to learn from at once (400 steps gave 0.19 / 0.09 and a slow start).
 WARM_START = {"seed": 0, "steps": 600, "batch": 64, "lr": 3e-3}
+# The shipped weights (trained by ``train_default_model`` on an AVX-512 CPU with torch 2.13, one
+# thread), their network weights hash, and the greedy success measured when they were trained.
+DEFAULT_WEIGHTS_FILE = Path(__file__).parent / "data" / f"{DEFAULT_MODEL_NAME}.safetensors"
+DEFAULT_WEIGHTS_HASH = "93806ea9a7408c861830a120c9b2d9a205ffca9f6d2c371b00b33cc61cee1bf1"
+DEFAULT_GREEDY_SUCCESS = 0.3359375
 
 
 def unique_state(model: torch.nn.Module) -> dict[str, Tensor]:
@@ -143,28 +152,48 @@ def warm_start(model: Any, tok: TextTokenizer, task: Any, cfg: Mapping[str, Any]
     model.eval()
 
 
-def build_default_model(cache_dir: Path) -> Path:
-    """Build (or return the cached) default model directory under ``cache_dir``.
-
-    Deterministic for a given torch build and CPU: fixed init seed, fixed warm-start data and step
-    count, one thread. The weights hash in ``p2prl_model.json`` is over the bf16 weights as saved.
-    """
+def train_default_model() -> Any:
+    """The recipe the shipped weights came from: fixed init seed, fixed warm-start data and step
+    count, one thread, then bf16. The same bits only for the same torch build and CPU kernels."""
     from transformers import Qwen2ForCausalLM
 
-    from p2prl.rl.evaluate import greedy_success  # rl.evaluate -> rl.engine imports this module
+    tok = CharTokenizer()
+    with torch_threads(1):
+        torch.manual_seed(WARM_START["seed"])
+        model = Qwen2ForCausalLM(default_config(tok.vocab_size))
+        warm_start(model, tok, AdditionTask(digits=DIGITS), WARM_START, tok.eos_id)
+    return model.to(torch.bfloat16).eval()
 
+
+def shipped_default_model() -> Any:
+    """The default model with the shipped weights, checked against ``DEFAULT_WEIGHTS_HASH``."""
+    from safetensors.torch import load_file
+    from transformers import Qwen2ForCausalLM
+
+    model = Qwen2ForCausalLM(default_config(CharTokenizer().vocab_size)).to(torch.bfloat16).eval()
+    state = load_file(str(DEFAULT_WEIGHTS_FILE))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:
+        raise ValueError(f"{DEFAULT_WEIGHTS_FILE}: missing {missing}, unexpected {unexpected}")
+    got = weights_hash(unique_state(model))
+    if got != DEFAULT_WEIGHTS_HASH:
+        raise ValueError(f"{DEFAULT_WEIGHTS_FILE}: weights hash {got}, not {DEFAULT_WEIGHTS_HASH}")
+    return model
+
+
+def build_default_model(cache_dir: Path) -> Path:
+    """Write (or return the cached) default model directory under ``cache_dir``.
+
+    The weights are the shipped ones, the same bits on every machine. A cached directory of another
+    hash (one this package trained on the machine before the weights shipped) is replaced.
+    """
     out = Path(cache_dir) / DEFAULT_MODEL_NAME
-    if (out / META_FILE).exists():
+    if model_meta(out).get("weights_hash") == DEFAULT_WEIGHTS_HASH:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tok = CharTokenizer()
     task = AdditionTask(digits=DIGITS)
-    with torch_threads(1):
-        torch.manual_seed(WARM_START["seed"])
-        model = Qwen2ForCausalLM(default_config(tok.vocab_size))
-        warm_start(model, tok, task, WARM_START, tok.eos_id)
-        model = model.to(torch.bfloat16)
-        success = greedy_success(model, tok, task, n=256, max_new_tokens=DIGITS + 2)
+    model = shipped_default_model()
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=out.parent))
     try:
         from transformers.utils import logging as hf_logging
@@ -176,18 +205,25 @@ def build_default_model(cache_dir: Path) -> Path:
             "name": DEFAULT_MODEL_NAME,
             "task": {"name": task.name, "digits": DIGITS},
             "parameters": sum(p.numel() for p in model.parameters()),
-            "weights_hash": weights_hash(unique_state(model)),
-            "warm_start": {**WARM_START, "greedy_success": success},
+            "weights_hash": DEFAULT_WEIGHTS_HASH,
+            "warm_start": {**WARM_START, "greedy_success": DEFAULT_GREEDY_SUCCESS},
         }
         (tmp / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+        if out.exists() and model_meta(out).get("weights_hash") != DEFAULT_WEIGHTS_HASH:
+            stale = Path(tempfile.mkdtemp(prefix=".stale-", dir=out.parent))
+            try:
+                os.replace(out, stale / "model")
+            except OSError:  # another process moved it first
+                pass
+            shutil.rmtree(stale, ignore_errors=True)
         try:
             os.replace(tmp, out)
         except OSError:  # another process finished first: keep theirs
-            if not (out / META_FILE).exists():
+            if model_meta(out).get("weights_hash") != DEFAULT_WEIGHTS_HASH:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    log.info("built %s: greedy success %.3f, hash %s", out, success, meta["weights_hash"])
+    log.info("wrote %s: hash %s", out, DEFAULT_WEIGHTS_HASH)
     return out
 
 

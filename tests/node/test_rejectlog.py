@@ -24,3 +24,13 @@ def test_rejections_are_logged_once_a_minute_per_reason(caplog: pytest.LogCaptur
         assert len(rl._last) == 3  # unknown codes from a verdict share one entry
     levels = {r.getMessage().split(" rejected as ")[1].split(" ")[0]: r.levelno for r in caplog.records}
     assert levels == {"unreachable": logging.WARNING, "fingerprint": logging.ERROR, "other": logging.WARNING}
+
+
+def test_a_node_on_a_local_network_is_not_told_to_add_the_flag() -> None:
+    """Every demo node runs with --local-network; on a loaded machine a batch can still miss the
+    validator's probe, and the hint said to start every node with the flag they all had."""
+    line = RejectionLog(local_network=True).add(1, [R.UNREACHABLE] * 16, now=0.0)[0]
+    assert "runs with --local-network" in line and "start every node with" not in line
+    assert "start every node with --local-network" in RejectionLog().add(1, [R.UNREACHABLE], now=0.0)[0]
+    gap = RejectionLog(local_network=True).add(1, [R.INDEX_GAP], now=0.0)[0]
+    assert "--local-network" not in gap

@@ -3,6 +3,8 @@ handlers, its loops, and a crash in a loop stops the node instead of leaving it 
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -110,3 +112,37 @@ def test_handlers_refuse_a_second_handler_and_a_body_of_another_class() -> None:
     item = Incoming("t", env, msg, "p", "p")
     assert hs.handler(item) is not None
     assert hs.handler(replace(item, message=Scores(0, 4, {}))) is None  # the envelope says verdict: not this body
+
+
+def _write_full() -> None:
+    """A write to a full disk: /dev/full where the system has it, else the error the OS raises."""
+    if Path("/dev/full").is_char_device():
+        with open("/dev/full", "wb") as f:  # every write: ENOSPC
+            f.write(b"x" * 4096)
+            f.flush()
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "weights/v3.safetensors")
+
+
+def test_a_full_disk_is_one_line_that_says_so_and_the_node_fails(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A write to a full disk stopped the node with a traceback and exit status 0; now one error line
+    names the disk, and the runtime records the crash, so ``p2prl node`` exits 1."""
+    from p2prl.node.runtime import disk_full
+
+    class FullDisk(Probe):
+        def loops(self) -> dict[str, Callable[[], None]]:
+            return {"sync": _write_full}
+
+    rt = hub().runtime("miner", MINER, tmp_path)
+    with caplog.at_level("ERROR", logger="p2prl.node.runtime"):
+        rt.start(FullDisk())
+        assert rt.stop.wait(10)
+        assert rt.join(10)
+    assert rt.crashed == ["sync"]
+    [rec] = [r for r in caplog.records if r.name == "p2prl.node.runtime"]
+    assert "sync: no space left on device" in rec.getMessage() and "free disk space" in rec.getMessage()
+    assert rec.exc_info is None
+    # safetensors writes in native code and raises its own error with the OS's message
+    native = Exception("Error while serializing: I/O error: No space left on device (os error 28)")
+    assert disk_full(native) and not disk_full(RuntimeError("boom"))
