@@ -60,7 +60,15 @@ class Miner:
         return w.state
 
     def _activate(self, w: Weights) -> None:
-        self.engine.load_state_dict(self.engine_state(w))
+        state = self.engine_state(w)
+        write = getattr(self.engine, "write_changes", None)
+        sw = w.switch
+        if write is not None and sw is not None and state is w.state and sw.base == self.active.version:
+            # the switch as a value: only the changed elements, written where the engine keeps them
+            n = write((x.name, x.start, x.positions, x.values) for x in sw.writes)
+            self.env.status.gauge("engine_write_bytes", n)
+        else:
+            self.engine.load_state_dict(state)
         self.active = w
         self.env.status.set(version=w.version, weights_hash=w.status_hash)
         if self.env.settings.report_weights_sha256:
