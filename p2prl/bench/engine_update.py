@@ -33,13 +33,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from p2prl.bench.trainer import synthetic_groups
 from p2prl.crypto import Identity
 from p2prl.node.live import LiveWeights
 from p2prl.node.weights import Weights
-from p2prl.patch import ChainPublisher, ManifestStore, plan_sync, weights_hash
+from p2prl.patch import ChainPublisher, ManifestStore, plan_sync, uint_view, weights_hash
 from p2prl.rl import GenerationParams, HFEngine, load_tokenizer, load_weights_model, open_vllm, unique_state
 from p2prl.rl.distributed import make_learner
 from p2prl.rl.grpo import GRPOConfig
@@ -77,6 +78,25 @@ def _open(engine: str, model_dir: Path, tok: Any, device: str) -> tuple[Any, Any
     return open_vllm(model_dir, tok, device, enforce_eager=not device.startswith("cuda")), None
 
 
+class _Perturber:
+    """A stand-in learner: each step moves ``density`` of the bf16 elements by 1–3 ulps."""
+
+    def __init__(self, model_dir: Path, density: float) -> None:
+        self.model = load_weights_model(model_dir, torch.bfloat16)
+        self.state = {k: v.detach().clone() for k, v in unique_state(self.model).items()}
+        self.density = density
+        self._rng = np.random.default_rng(0)
+
+    def step(self, _groups: Any) -> None:
+        for t in self.state.values():
+            v = uint_view(t)
+            idx = np.flatnonzero(self._rng.random(v.size, dtype=np.float32) < self.density)
+            v[idx] += self._rng.integers(1, 4, idx.size, dtype=v.dtype)
+
+    def published_state(self) -> dict[str, torch.Tensor]:
+        return {k: v.clone() for k, v in self.state.items()}
+
+
 def run(
     engine: str,
     model_dir: Path,
@@ -86,15 +106,21 @@ def run(
     lr: float = 1e-5,
     tokens: int = 16,
     separate: bool = False,
+    density: float = 0.0,
 ) -> dict[str, Any]:
-    """``separate``: an HF engine that does not share the live tensors (as on CUDA) on any device."""
+    """``separate``: an HF engine that does not share the live tensors (as on CUDA) on any device.
+    ``density`` > 0: no GRPO learner; each version moves that fraction of the bf16 elements by one
+    to three ulps (seeded), as a trainer step at a small learning rate does (lr 1e-6 on a 0.5B
+    shape changes 1.3%: docs/BENCHMARKS.md), for machines where the fp32 step itself is too slow."""
     if engine not in ("hf", "vllm"):
         raise ValueError("engine must be hf or vllm")
     model_dir = Path(model_dir)
     tok = load_tokenizer(model_dir)
-    master = load_weights_model(model_dir, torch.float32)
-    learner = make_learner(master, GRPOConfig(lr=lr), tok.pad_id)
-    vocab = int(master.config.vocab_size)
+    learner: Any = _Perturber(model_dir, density) if density > 0 else None
+    if learner is None:
+        master = load_weights_model(model_dir, torch.float32)
+        learner = make_learner(master, GRPOConfig(lr=lr), tok.pad_id)
+    vocab = int(learner.model.config.vocab_size)
     prompt = [tok.encode_prompt("1+2=")]
     first = GenerationParams(max_new_tokens=1)
     work = Path(tempfile.mkdtemp(prefix="p2prl-engine-update-"))
@@ -179,7 +205,7 @@ def run(
                     "switch_s": check_s + (t3 - t1),
                     "in_place_s": check_s + (t4 - t1),
                     "overlap_wall_s": t1 - t0,
-                    "changed": sum(int(x.values.numel()) for x in w.switch.writes) if w.switch else None,
+                    "elements_written": w.switch.elements if w.switch else None,
                     "written_bytes": written,
                     "extra_bytes": rss1 - rss0,
                     "engine_hash_ok": held == pv.result_hash == live.hash,
@@ -222,6 +248,7 @@ def run(
             "check_s": med["check_s"],
             "publish_s": med["publish_s"],
             "separate_copy": not shared,
+            "written_fraction": statistics.median(r["elements_written"] or 0 for r in rows) / params,
             "reload_s": reload_s,
             "in_place_vs_reload": in_place / reload_s if reload_s else None,
             "extra_bytes_in_place_max": max(r["extra_bytes"] for r in rows),

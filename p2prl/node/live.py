@@ -101,7 +101,7 @@ class LiveWeights:
             if self.hash is None or self.hash != m.base_hash:
                 return None
             self._goto(self.head)
-            return Prepared(m, self.head, self._check(m, blob))
+            return Prepared(m, self.head, *self._check(m, blob))
 
     def advance(
         self,
@@ -129,8 +129,8 @@ class LiveWeights:
                         self._changed.update(self._names)
                     step = None
                 else:
-                    changes = prepared.changes if blob is None and prepared is not None else None
-                    step = self._apply_delta(m, blob, changes)
+                    checked = (prepared.changes, prepared.values) if blob is None and prepared is not None else None
+                    step = self._apply_delta(m, blob, checked)
                 if step is not None and (i == 0 or switch is not None):
                     switch = step if switch is None else switch.then(step)
                 else:
@@ -145,15 +145,17 @@ class LiveWeights:
             w.switch = switch
             return w
 
-    def _check(self, m: PatchManifest, blob: bytes) -> list[SegmentChange]:
-        """Verify delta ``m`` against the live tensors (unchanged): what it changes, per segment."""
+    def _check(self, m: PatchManifest, blob: bytes) -> tuple[list[SegmentChange], list[np.ndarray]]:
+        """Verify delta ``m`` against the live tensors (unchanged): what it changes, per segment
+        (positions and XOR, for stepping back), and the new bits there."""
         if self.hash is None or self.hash != m.base_hash:
             held = "unverified" if self.hash is None else f"{self.hash[:16]}…"
             raise PatchError(
                 PatchReason.WRONG_BASE, f"version {m.version} applies to {m.base_hash[:16]}…, state is {held}"
             )
         changes: list[SegmentChange] = []
-        check = PatchApplier(self.state, base_hash=self.hash, verify_only=True, record=changes)
+        values: list[np.ndarray] = []
+        check = PatchApplier(self.state, base_hash=self.hash, verify_only=True, record=changes, values=values)
         check.feed(blob)
         if check.header is not None and check.header.base_hash != m.base_hash:
             raise PatchError(
@@ -166,32 +168,34 @@ class LiveWeights:
                 PatchReason.HASH_MISMATCH,
                 f"patch of version {m.version} does not produce its manifest's result hash",
             )
-        return changes
+        return changes, values
 
-    def _apply_delta(self, m: PatchManifest, blob: bytes | None, changes: list[SegmentChange] | None) -> Switch:
-        """Write a verified delta's changes into the live tensors (XOR of the changed bits: the
-        patch is decoded once, by the check); returns the switch as a value."""
-        if changes is None:
+    def _apply_delta(
+        self, m: PatchManifest, blob: bytes | None, checked: tuple[list[SegmentChange], list[np.ndarray]] | None
+    ) -> Switch:
+        """Write a verified delta's new bits at the positions its check recorded (the patch is decoded
+        once, by the check; the old bits are not read again); returns the switch as a value."""
+        if checked is None:
             assert blob is not None
-            changes = self._check(m, blob)
-        self._put(changes)
+            checked = self._check(m, blob)
+        changes, values = checked
+        writes = []
+        for (ti, start, pos, _), new in zip(changes, values, strict=True):
+            name = self._names[ti]
+            t = self.state[name]
+            v = uint_view(t)
+            if pos is None:
+                v[start : start + new.size] = new
+                writes.append(TensorWrite(name, start, None, t.view(-1)[start : start + new.size]))
+            else:
+                v[start:][pos] = new
+                signed = new.view(np.dtype(f"i{new.dtype.itemsize}"))
+                idx = torch.from_numpy(pos.astype(np.int64))
+                writes.append(TensorWrite(name, start, idx, torch.from_numpy(signed).view(t.dtype)))
         if self._changed is not None:
             self._changed.update(self._names[c[0]] for c in changes)
         self._steps[m.version] = changes if self.keep > 1 else []
-        return Switch(self.head, m.version, m.result_hash, tuple(self._writes(changes)))
-
-    def _writes(self, changes: list[SegmentChange]) -> list[TensorWrite]:
-        """The new values of what ``changes`` wrote (already in the live tensors)."""
-        out = []
-        for ti, start, pos, bits in changes:
-            name = self._names[ti]
-            flat = self.state[name].view(-1)
-            if pos is None:
-                out.append(TensorWrite(name, start, None, flat[start : start + bits.size]))
-            else:
-                idx = torch.from_numpy(pos.astype(np.int64))
-                out.append(TensorWrite(name, start, idx, flat[start:][idx]))
-        return out
+        return Switch(self.head, m.version, m.result_hash, tuple(writes))
 
     def goto(self, version: int) -> None:
         """Step the tensors to ``version`` (one the history reaches) by undoing or redoing changes."""
@@ -228,6 +232,7 @@ class Prepared:
     manifest: PatchManifest
     base: int
     changes: list[SegmentChange]
+    values: list[np.ndarray]
 
 
 def _matches(prepared: Prepared | None, m: PatchManifest, live: LiveWeights) -> bool:

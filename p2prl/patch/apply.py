@@ -95,7 +95,9 @@ class PatchApplier:
     empty dict. ``record`` (a list) receives, per segment, what it changed: ``(tensor index, start,
     positions or None for a dense segment, old XOR new bit patterns)``, enough to step the result
     back to the base and forward again in place; with ``verify_only`` it is what a caller XORs into
-    ``base`` once the patch checked out (node/live.py: one decode per switch, not two).
+    ``base`` once the patch checked out (node/live.py: one decode per switch, not two). ``values``
+    (a list) receives beside it each segment's new bit patterns (at the positions; dense: all), so
+    that write needs no read of the old ones.
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class PatchApplier:
         staging: Mapping[str, TensorLike] | None = None,
         verify_only: bool = False,
         record: list[SegmentChange] | None = None,
+        values: list[np.ndarray] | None = None,
     ) -> None:
         if verify_only and staging is not None:
             raise ValueError("verify_only keeps no result: no staging")
@@ -113,6 +116,7 @@ class PatchApplier:
         self._spare = staging
         self._verify_only = verify_only
         self._record = record
+        self._values = values
         self._known_base_hash = base_hash
         self._buf = bytearray()
         self._header: Header | None = None
@@ -313,6 +317,8 @@ class PatchApplier:
         pos, old, new = self._decode(seg, iframe, vframe, src)
         if self._record is not None:
             self._record.append((seg.tensor, seg.start, None if pos is None else pos.astype(np.uint32), old ^ new))
+        if self._values is not None:
+            self._values.append(new)
         if self._verify_only:  # hashed through a scratch chunk: nothing staged, nothing allocated per segment
             self._hash_patched(spec, src, pos, new)
         else:
