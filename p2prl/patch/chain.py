@@ -31,6 +31,7 @@ from p2prl.protocol import DEFAULT_CHUNK_SIZE, PatchManifest, blob_ref_for, enco
 from p2prl.store import BlobStore, StoreError
 
 STATE_FILE = "chain.json"
+COPY_DIV = 32  # a segment with more than 1/COPY_DIV of its elements changed is copied whole
 
 
 @dataclass(frozen=True)
@@ -281,8 +282,8 @@ def _write_changes(
     names = [s.name for s in enc.specs]
     for ti, start, pos in enc.changes:
         dst, src = uint_view(copy[names[ti]])[start:], uint_view(new[names[ti]])[start:]
-        if pos is None:
-            n = min(enc.segment_span, dst.size)
+        n = min(enc.segment_span, dst.size)
+        if pos is None or pos.size * COPY_DIV > n:  # many changes: a straight copy beats a scatter
             dst[:n] = src[:n]
         else:
             dst[pos] = src[pos]
