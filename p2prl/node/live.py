@@ -98,9 +98,9 @@ class LiveWeights:
         m = plan[0]
         blob = checked_blob(m, load_blob)
         with self._lock:
-            if self.hash is None or self.hash != m.base_hash:
+            # never steps the tensors itself: a validator may be using an older version right now
+            if self.hash is None or self.hash != m.base_hash or self.loaded != self.head:
                 return None
-            self._goto(self.head)
             return Prepared(m, self.head, *self._check(m, blob))
 
     def advance(
