@@ -12,6 +12,7 @@ elements moved by 1–3 ulps, then the node's ``LiveWeights`` switch to it. Prin
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -23,11 +24,7 @@ def main(model_dir: str, density: float, versions: int) -> list[dict[str, Any]]:
     import numpy as np
     from safetensors.torch import load_file
 
-    from p2prl.crypto import Identity
-    from p2prl.node.live import LiveWeights
-    from p2prl.node.weights import Weights
-    from p2prl.patch import ChainPublisher, ManifestStore, plan_sync, uint_view
-    from p2prl.store import BlobStore
+    from p2prl.patch import uint_view
 
     state = load_file(str(Path(model_dir) / "model.safetensors"))
     rng = np.random.default_rng(0)
@@ -43,6 +40,19 @@ def main(model_dir: str, density: float, versions: int) -> list[dict[str, Any]]:
         return out
 
     work = tempfile.mkdtemp(prefix="p2prl-switch-cost-")
+    try:
+        return _measure(work, state, step, density, versions)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _measure(work: str, state: dict[str, Any], step: Any, density: float, versions: int) -> list[dict[str, Any]]:
+    from p2prl.crypto import Identity
+    from p2prl.node.live import LiveWeights
+    from p2prl.node.weights import Weights
+    from p2prl.patch import ChainPublisher, ManifestStore, plan_sync
+    from p2prl.store import BlobStore
+
     pub = ChainPublisher(Path(work) / "t", Identity.generate(), "switch-cost", anchor_interval=10**6)
     store, index = BlobStore(Path(work) / "n"), ManifestStore("switch-cost", pub.identity.public_key)
 
