@@ -4,16 +4,21 @@ A real trainer (the GRPO learner on synthetic rollout groups, ``bench.trainer``)
 version; the chain publisher signs each as a sparse patch; the node's own ``LiveWeights`` verifies
 and applies it in place. Then, per engine:
 
-- ``hf``: the live tensors are the model's own: nothing more to write.
+- ``hf``: the live tensors are the model's own: nothing more to write; with ``separate`` (and always
+  on CUDA) the engine holds its own copy and each switch is written into it as the changed elements
+  (``HFEngine.write_changes``: positions and values only, on the engine's device).
 - ``vllm``: the tensors the patch changed are written into the running engine (``VLLMEngine.update``:
   vLLM's patch loader, or its layerwise reload for a layer its CPU build packed).
 
-``in_place_s``: verified patch in hand → first token generated under the new version (verify and
-apply, engine write, one token). ``pause_s``: the part of it during which the engine cannot generate
-(everything before the token). ``reload_s``: the alternative, a fresh engine on the new weights
-(written to a model directory, the engine started, one token). Memory: the process's resident set
-before and after each switch (``extra_bytes``), and the changed bytes written. Every version the
-engine's weights hash (read back out of vLLM) must equal the trainer's.
+Per version: ``publish_s``, the trainer's publish (snapshot, diff, encode, hash, sign, store);
+``check_s``, the patch decoded and the result hash checked against the live weights on a second
+thread while the engine goes on generating (``LiveWeights.prepare``, as the sync thread does);
+``pause_s``, the swap: the changed elements written (``advance``) and, for an engine with its own
+copy, written into it; ``switch_s`` = check + swap; ``in_place_s`` = switch + one token under the
+new version. ``reload_s``: the alternative, a fresh engine on the new weights (written to a model
+directory, the engine started, one token). Memory: the process's resident set before and after each
+switch (``extra_bytes``), and the bytes written into the engine. Every version the engine's weights
+hash (read back out of the engine) must equal the trainer's.
 """
 
 from __future__ import annotations
@@ -24,20 +29,21 @@ import resource
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from p2prl.bench.trainer import synthetic_groups
 from p2prl.crypto import Identity
 from p2prl.node.live import LiveWeights
 from p2prl.node.weights import Weights
-from p2prl.patch import ChainPublisher, ManifestStore, plan_sync, weights_hash
+from p2prl.patch import ChainPublisher, ManifestStore, plan_sync, uint_view, weights_hash
 from p2prl.rl import GenerationParams, HFEngine, load_tokenizer, load_weights_model, open_vllm, unique_state
 from p2prl.rl.distributed import make_learner
-from p2prl.rl.engine import copy_state_in_place
 from p2prl.rl.grpo import GRPOConfig
 from p2prl.store import BlobStore
 
@@ -73,6 +79,25 @@ def _open(engine: str, model_dir: Path, tok: Any, device: str) -> tuple[Any, Any
     return open_vllm(model_dir, tok, device, enforce_eager=not device.startswith("cuda")), None
 
 
+class _Perturber:
+    """A stand-in learner: each step moves ``density`` of the bf16 elements by 1–3 ulps."""
+
+    def __init__(self, model_dir: Path, density: float) -> None:
+        self.model = load_weights_model(model_dir, torch.bfloat16)
+        self.state = {k: v.detach().clone() for k, v in unique_state(self.model).items()}
+        self.density = density
+        self._rng = np.random.default_rng(0)
+
+    def step(self, _groups: Any) -> None:
+        for t in self.state.values():
+            v = uint_view(t)
+            idx = np.flatnonzero(self._rng.random(v.size, dtype=np.float32) < self.density)
+            v[idx] += self._rng.integers(1, 4, idx.size, dtype=v.dtype)
+
+    def published_state(self) -> dict[str, torch.Tensor]:
+        return {k: v.clone() for k, v in self.state.items()}
+
+
 def run(
     engine: str,
     model_dir: Path,
@@ -81,14 +106,22 @@ def run(
     reloads: int = 2,
     lr: float = 1e-5,
     tokens: int = 16,
+    separate: bool = False,
+    density: float = 0.0,
 ) -> dict[str, Any]:
+    """``separate``: an HF engine that does not share the live tensors (as on CUDA) on any device.
+    ``density`` > 0: no GRPO learner; each version moves that fraction of the bf16 elements by one
+    to three ulps (seeded), as a trainer step at a small learning rate does (lr 1e-6 on a 0.5B
+    shape changes 1.3%: docs/BENCHMARKS.md), for machines where the fp32 step itself is too slow."""
     if engine not in ("hf", "vllm"):
         raise ValueError("engine must be hf or vllm")
     model_dir = Path(model_dir)
     tok = load_tokenizer(model_dir)
-    master = load_weights_model(model_dir, torch.float32)
-    learner = make_learner(master, GRPOConfig(lr=lr), tok.pad_id)
-    vocab = int(master.config.vocab_size)
+    learner: Any = _Perturber(model_dir, density) if density > 0 else None
+    if learner is None:
+        master = load_weights_model(model_dir, torch.float32)
+        learner = make_learner(master, GRPOConfig(lr=lr), tok.pad_id)
+    vocab = int(learner.model.config.vocab_size)
     prompt = [tok.encode_prompt("1+2=")]
     first = GenerationParams(max_new_tokens=1)
     work = Path(tempfile.mkdtemp(prefix="p2prl-engine-update-"))
@@ -108,43 +141,72 @@ def run(
         t0 = time.perf_counter()
         eng, hf = _open(engine, model_dir, tok, device)
         start_s = time.perf_counter() - t0
-        shared = hf is not None and device == "cpu"
-        # shared: the live tensors are the engine's own; else the node's CPU copy (a vLLM miner's HF copy)
+        shared = hf is not None and device == "cpu" and not separate
+        # shared: the live tensors are the engine's own; else the node's CPU copy (on CUDA, or a vLLM
+        # miner's HF copy), and each switch is written into the engine as the changed elements
         state = unique_state(hf) if shared else {k: v.clone() for k, v in v0.items()}
         live = LiveWeights(state, Weights(0, str(pub.result_hash), state))
-        if not shared:
+        if hf is None:
             live.track_changes()
             live.take_changed()  # the engine was started on version 0's files
-        eng.generate(prompt, 1, GenerationParams(max_new_tokens=tokens))  # warm
+        gen = GenerationParams(max_new_tokens=tokens)
+        eng.generate(prompt, 1, gen)  # warm
         rows: list[dict[str, Any]] = []
         for v in range(1, versions + 1):
             learner.step(synthetic_groups(8, 4, tokens, vocab, seed=v))
-            pv = publish(learner.published_state())
+            new = learner.published_state()
+            t0 = time.perf_counter()
+            pv = publish(new)
+            publish_s = time.perf_counter() - t0
+            plan = plan_sync(v - 1, live.hash, index, v)
             gc.collect()
             rss0 = _rss()
+            # the sync thread checks the patch against the live weights while the role generates
+            box: dict[str, Any] = {}
+
+            def check(plan: Any = plan, box: dict[str, Any] = box) -> None:
+                t = time.perf_counter()
+                box["prepared"] = live.prepare(plan, store.get)
+                box["s"] = time.perf_counter() - t
+
+            th = threading.Thread(target=check)
             t0 = time.perf_counter()
-            live.advance(plan_sync(v - 1, live.hash, index, v), store.get)
+            th.start()
+            generated = 0
+            while th.is_alive():  # generation goes on beside the check
+                eng.generate(prompt, 1, gen)
+                generated += 1
+            th.join()
             t1 = time.perf_counter()
+            w = live.advance(plan, store.get, box["prepared"])  # the swap: only this pauses generation
+            t2 = time.perf_counter()
             written = 0
-            if not shared:
+            if hf is None:
                 names = sorted(live.take_changed())
                 written = sum(state[n].numel() * state[n].element_size() for n in names)
-                if hf is None:
-                    eng.update(state, names)
-                else:
-                    copy_state_in_place(hf, state)
-            t2 = time.perf_counter()
-            eng.generate(prompt, 1, first)
+                eng.update(state, names)
+            elif not shared:
+                assert w.switch is not None
+                written = eng.write_changes((x.name, x.start, x.positions, x.values) for x in w.switch.writes)
             t3 = time.perf_counter()
+            eng.generate(prompt, 1, first)
+            t4 = time.perf_counter()
             rss1 = _rss()
-            held = weights_hash(eng.read_state(state)) if engine == "vllm" else weights_hash(state)
+            held = weights_hash(eng.read_state(state)) if engine == "vllm" else weights_hash(unique_state(hf))
+            check_s = box["s"]
             rows.append(
                 {
                     "version": v,
-                    "apply_s": t1 - t0,
-                    "engine_write_s": t2 - t1,
-                    "pause_s": t2 - t0,
-                    "in_place_s": t3 - t0,
+                    "publish_s": publish_s,
+                    "check_s": check_s,
+                    "generated_during_check": generated,
+                    "swap_s": t2 - t1,
+                    "engine_write_s": t3 - t2,
+                    "pause_s": t3 - t1,
+                    "switch_s": check_s + (t3 - t1),
+                    "in_place_s": check_s + (t4 - t1),
+                    "overlap_wall_s": t1 - t0,
+                    "elements_written": w.switch.elements if w.switch else None,
                     "written_bytes": written,
                     "extra_bytes": rss1 - rss0,
                     "engine_hash_ok": held == pv.result_hash == live.hash,
@@ -169,6 +231,7 @@ def run(
             t2 = time.perf_counter()
             reload_rows.append({"write_s": t1 - t0, "reload_s": t2 - t0, "extra_bytes": _rss() - rss0})
         in_place = statistics.median(r["in_place_s"] for r in rows)
+        med = {k: statistics.median(r[k] for r in rows) for k in ("switch_s", "pause_s", "publish_s", "check_s")}
         reload_s = statistics.median(r["reload_s"] for r in reload_rows) if reload_rows else None
         params = sum(v.numel() for v in v0.values())
         return {
@@ -181,7 +244,12 @@ def run(
             "engine_start_s": start_s,
             "in_place_s": in_place,
             "in_place_max_s": max(r["in_place_s"] for r in rows),
-            "pause_s": statistics.median(r["pause_s"] for r in rows),
+            "pause_s": med["pause_s"],
+            "switch_s": med["switch_s"],
+            "check_s": med["check_s"],
+            "publish_s": med["publish_s"],
+            "separate_copy": not shared,
+            "written_fraction": statistics.median(r["elements_written"] or 0 for r in rows) / params,
             "reload_s": reload_s,
             "in_place_vs_reload": in_place / reload_s if reload_s else None,
             "extra_bytes_in_place_max": max(r["extra_bytes"] for r in rows),

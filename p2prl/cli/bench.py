@@ -423,6 +423,12 @@ def bench_engine_update(
     reloads: int = typer.Option(2, "--reloads", help="Fresh engines started on new weights, to compare."),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
     lr: float = typer.Option(1e-5, "--lr", help="The trainer's learning rate (how much each version changes)."),
+    separate: bool = typer.Option(
+        False, "--separate", help="hf: the engine keeps its own copy, written per switch (as on CUDA)."
+    ),
+    density: float = typer.Option(
+        0.0, "--density", min=0.0, max=1.0, help="No GRPO step: each version moves this fraction of elements."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """A version switch in place (verified patch in hand → first token) against a fresh engine on the new
@@ -434,14 +440,18 @@ def bench_engine_update(
         model = _CACHE / "engine-update-qwen3-h64"
         if not (model / "config.json").is_file():
             build_random_model_dir(model, "qwen3", shape=VLLM_TINY)
-    r = run(engine, model, versions=versions, device=device, reloads=reloads, lr=lr)
+    r = run(engine, model, versions=versions, device=device, reloads=reloads, lr=lr, separate=separate, density=density)
     if as_json:
         typer.echo(json.dumps(r, indent=1))
         return
     ratio = r["in_place_vs_reload"]
     typer.echo(
-        f"{r['engine']} on {r['device']}, {r['parameters'] / 1e6:.2f}M params, {r['versions']} versions: "
-        f"in place {r['in_place_s'] * 1e3:.1f} ms (pause {r['pause_s'] * 1e3:.1f} ms), "
+        f"{r['engine']} on {r['device']}{' (own copy)' if r['separate_copy'] else ''}, "
+        f"{r['parameters'] / 1e6:.2f}M params, {r['versions']} versions at "
+        f"{f'density {density:g}' if density else f'lr {lr:g}'} (elements written {r['written_fraction']:.4f}): "
+        f"trainer publish {r['publish_s'] * 1e3:.0f} ms; switch {r['switch_s'] * 1e3:.0f} ms "
+        f"(check beside generation {r['check_s'] * 1e3:.0f} ms, generation paused {r['pause_s'] * 1e3:.1f} ms); "
+        f"in place {r['in_place_s'] * 1e3:.1f} ms, "
         f"reload {r['reload_s']:.2f} s, ratio {ratio:.4f}; engine hash = trainer's every version: "
         f"{r['engine_hash_ok_every_version']}"
     )

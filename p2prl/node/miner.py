@@ -36,6 +36,12 @@ IDLE_REFILL_S = 5.0  # after its per-version quota, a miner adds a batch this of
 KEEP_ROLLOUT_BLOBS = 32  # our announced batches kept pinned for validators and the trainer to fetch
 
 
+def _shares(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> bool:
+    """Whether ``state`` is made of the model's own tensors (one copy: nothing to write after a switch)."""
+    own = model.state_dict()
+    return all(n in own and own[n].data_ptr() == t.data_ptr() for n, t in state.items())
+
+
 class Miner:
     def __init__(self, env: RoleEnv[MinerSettings], *, share_weights: bool = True) -> None:
         """``share_weights``: the engine's model holds the version's tensors (one copy); False keeps
@@ -60,7 +66,15 @@ class Miner:
         return w.state
 
     def _activate(self, w: Weights) -> None:
-        self.engine.load_state_dict(self.engine_state(w))
+        state = self.engine_state(w)
+        write = getattr(self.engine, "write_changes", None)
+        sw = w.switch
+        if write is not None and sw is not None and state is w.state and sw.base == self.active.version:
+            if not _shares(self.engine.model, state):  # the live tensors are not the engine's own (CUDA)
+                # the switch as a value: only the changed elements, written where the engine keeps them
+                self.env.status.gauge("engine_write_bytes", write((x.name, x.start, x.positions, x.values) for x in sw.writes))
+        else:
+            self.engine.load_state_dict(state)
         self.active = w
         self.env.status.set(version=w.version, weights_hash=w.status_hash)
         if self.env.settings.report_weights_sha256:

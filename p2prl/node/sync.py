@@ -3,10 +3,11 @@
 The sync thread follows the newest trainer-signed manifest: it plans a path (fast path: the next
 patches; slow path after a gap, a hash mismatch or from unverified weights: the newest anchor and
 the patches after it) and fetches the blobs (peers first, S3 after). A version whose blobs are all
-held is ``staged``. The role takes it with :meth:`WeightSync.take_staged` at a safe point between
-batches: on the role's thread each fetched patch is verified against the live weights (node/live.py:
-one copy, the engine model's own tensors) and only then applied in place, so nothing ever runs on a
-half-applied model. The version reached is saved to disk, so a restart resumes from it.
+held is ``staged``. A one-delta plan from the live version is also verified here, against the live
+weights (node/live.py: one copy, the engine model's own tensors, only read), while the role generates.
+The role takes a staged version with :meth:`WeightSync.take_staged` at a safe point between batches:
+on its thread each patch not yet verified is verified, and then the changed elements are written in
+place, so nothing ever runs on a half-applied model and the generation pauses only for the writes. The version reached is saved to disk, so a restart resumes from it.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from p2prl.net import Incoming
 from p2prl.node.fetching import fetch_while_progressing
-from p2prl.node.live import LiveWeights
+from p2prl.node.live import LiveWeights, Prepared
 from p2prl.node.role import RoleEnv
 from p2prl.node.settings import RoleSettings
 from p2prl.node.weights import Weights, save_weights
@@ -54,6 +56,7 @@ class WeightSync:
         self._lock = threading.Lock()
         self.live = live
         self._plans: dict[int, list[PatchManifest]] = {}  # fetched, applied when taken
+        self._prepared: dict[int, Prepared] = {}  # of those, checked against the live weights already
         self._current = start
         self._switching: Weights | None = None  # the newest version being applied
         self._staged: list[Weights] = []
@@ -71,7 +74,12 @@ class WeightSync:
     def take_staged(self) -> Weights | None:
         """The newest version reached if any was staged; it becomes current."""
         staged = self.take_all_staged()
-        return staged[-1] if staged else None
+        if not staged:
+            return None
+        switch = staged[0].switch
+        for w in staged[1:]:  # one switch from the version the role ran: the writes of each in turn
+            switch = None if switch is None or w.switch is None else switch.then(w.switch)
+        return replace(staged[-1], switch=switch)
 
     def take_all_staged(self) -> list[Weights]:
         """Every version reached of those staged since the last call, oldest first (applied in
@@ -120,8 +128,7 @@ class WeightSync:
                 w = self.advance(base, target)
             except Exception as e:  # a bad patch or a failed fetch never stops the loop
                 self._failures += 1
-                env.status.incr("sync_failures")
-                env.status.incr_label("sync_failed", _reason(e))
+                self._count_failure(e)
                 log.warning("sync v%d -> v%d failed: %s", base.version, target.version, e)
                 if isinstance(e, (SyncError, PatchError)):
                     self._slow = True  # retry from an anchor: a gap, a bad patch or a hash mismatch
@@ -195,9 +202,15 @@ class WeightSync:
             self.env.status.incr("slow_path_syncs")
         for m in plan:
             self._fetch(m)
+        self.env.status.gauge("patch_fetch_ms", (time.monotonic() - t0) * 1000)
+        t1 = time.monotonic()
+        prepared = self.live.prepare(plan, self.env.store.get)  # beside generation: the switch only writes
+        if prepared is not None:
+            self.env.status.gauge("patch_verify_ms", (time.monotonic() - t1) * 1000)
         with self._lock:
             self._plans[target.version] = plan
-        self.env.status.gauge("patch_fetch_ms", (time.monotonic() - t0) * 1000)
+            if prepared is not None:
+                self._prepared[target.version] = prepared
         return Weights(target.version, target.result_hash, {})
 
     def _switch(self, pending: list[Weights]) -> list[Weights]:
@@ -206,18 +219,17 @@ class WeightSync:
         st, done = self.env.status, []
         with self._lock:
             plans = [self._plans.pop(w.version, None) for w in pending]
+            prepared = [self._prepared.pop(w.version, None) for w in pending]
             self._plans.clear()
-        for w, plan in zip(pending, plans, strict=True):
+            self._prepared.clear()
+        for w, plan, ready in zip(pending, plans, prepared, strict=True):
             t0 = time.monotonic()
             try:
                 if plan is None:
                     raise SyncError(f"no fetched plan for v{w.version}")
-                done.append(self.live.advance(plan, self.env.store.get))
+                done.append(self.live.advance(plan, self.env.store.get, ready))
             except (PatchError, SyncError) as e:
-                st.incr("sync_failures")
-                st.incr_label("sync_failed", _reason(e))
-                if isinstance(e, PatchError) and e.reason == PatchReason.HASH_MISMATCH:
-                    st.incr("hash_mismatches")  # a signed version its patch does not produce
+                self._count_failure(e)
                 log.warning("switch to v%d failed: %s", w.version, e)
                 self._slow = True
                 break
@@ -230,6 +242,13 @@ class WeightSync:
         if done:
             save_weights(done[-1], self.weights_dir)
         return done
+
+    def _count_failure(self, e: BaseException) -> None:
+        st = self.env.status
+        st.incr("sync_failures")
+        st.incr_label("sync_failed", _reason(e))
+        if isinstance(e, PatchError) and e.reason == PatchReason.HASH_MISMATCH:
+            st.incr("hash_mismatches")  # a signed version its patch does not produce
 
     def _fetch(self, m: PatchManifest) -> None:
         ref = m.blob

@@ -11,7 +11,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -50,6 +50,7 @@ class Weights:
     version: int
     hash: str | None
     state: State
+    switch: Switch | None = field(default=None, compare=False, repr=False)  # how it was reached, if by deltas
 
     @classmethod
     def unverified(cls, version: int, state: State) -> Weights:
@@ -63,6 +64,40 @@ class Weights:
     def status_hash(self) -> str:
         """The hash as the status reports it (``weights_hash``): "" while unverified."""
         return "" if self.hash is None else self.hash
+
+
+@dataclass(frozen=True)
+class TensorWrite:
+    """New values for part of one tensor: ``values`` at flat ``start + positions`` (positions None:
+    ``values`` cover ``[start, start + len(values))``). ``values`` are CPU tensors of the state's dtype."""
+
+    name: str
+    start: int
+    positions: torch.Tensor | None  # int64, relative to start
+    values: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A version switch as a value: the writes that take weights at version ``base`` to ``version``
+    (applied in order; a later write to a position wins). An engine holding its own copy of ``base``
+    (on its device) applies only these, never the whole model. Dense writes' values may be views of
+    the live tensors: apply a switch before the next one is made."""
+
+    base: int
+    version: int
+    hash: str
+    writes: tuple[TensorWrite, ...]
+
+    @property
+    def elements(self) -> int:
+        return sum(int(w.values.numel()) for w in self.writes)
+
+    def then(self, nxt: Switch) -> Switch:
+        """This switch followed by ``nxt`` (which must start where this one ends)."""
+        if nxt.base != self.version:
+            raise ValueError(f"switch to v{nxt.version} starts at v{nxt.base}, not v{self.version}")
+        return Switch(self.base, nxt.version, nxt.hash, self.writes + nxt.writes)
 
 
 def sha256_of_state(state: State) -> str:

@@ -34,6 +34,7 @@ from p2prl.patch.format import (
     VALUE_DELTA,
     Header,
     SegmentHead,
+    TensorSpec,
     parse_end,
     parse_header,
     parse_preamble,
@@ -48,6 +49,11 @@ SegmentChange = tuple[int, int, "np.ndarray | None", np.ndarray]  # tensor, star
 
 
 FINALISE_CHUNK = 1 << 20  # elements copied then hashed at a time (still in cache for the hash)
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two views start at the same address (the staging copy is the base: applied in place)."""
+    return bool(a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
 
 def check_base(header: Header, base: Mapping[str, TensorLike]) -> None:
@@ -83,11 +89,15 @@ class PatchApplier:
     ``base`` unless the patch is already known good (``staging=base`` applies in place; on failure
     its contents are undefined).
 
-    ``verify_only`` checks a patch without keeping its result: each segment is staged, patched,
-    hashed and dropped in turn, so checking costs one segment, not a copy of every touched tensor,
-    and ``finish`` returns an empty dict. ``record`` (a list) receives, per segment, what it changed:
-    ``(tensor index, start, positions or None for a dense segment, old XOR new bit patterns)``, enough
-    to step the result back to the base and forward again in place.
+    ``verify_only`` checks a patch without keeping its result: each segment is decoded once and the
+    result hashed through one reused chunk (base bytes with the new bits laid over them), so checking
+    costs one read of the model and one pass over the changed elements, and ``finish`` returns an
+    empty dict. ``record`` (a list) receives, per segment, what it changed: ``(tensor index, start,
+    positions or None for a dense segment, old XOR new bit patterns)``, enough to step the result
+    back to the base and forward again in place; with ``verify_only`` it is what a caller XORs into
+    ``base`` once the patch checked out (node/live.py: one decode per switch, not two). ``values``
+    (a list) receives beside it each segment's new bit patterns (at the positions; dense: all), so
+    that write needs no read of the old ones.
     """
 
     def __init__(
@@ -98,13 +108,15 @@ class PatchApplier:
         staging: Mapping[str, TensorLike] | None = None,
         verify_only: bool = False,
         record: list[SegmentChange] | None = None,
+        values: list[np.ndarray] | None = None,
     ) -> None:
-        if verify_only and (staging is not None or record is not None):
-            raise ValueError("verify_only keeps no result: no staging and no record")
+        if verify_only and staging is not None:
+            raise ValueError("verify_only keeps no result: no staging")
         self._base = base
         self._spare = staging
         self._verify_only = verify_only
         self._record = record
+        self._values = values
         self._known_base_hash = base_hash
         self._buf = bytearray()
         self._header: Header | None = None
@@ -115,6 +127,7 @@ class PatchApplier:
         self._result_hash: str | None = None
         self._staging: dict[int, TensorLike] = {}
         self._views: dict[int, np.ndarray] = {}
+        self._scratch: dict[np.dtype, np.ndarray] = {}  # verify_only: one chunk per element width
         # the result is finalised (copied, patched and hashed) in canonical order up to here
         self._cursor = (0, 0)
         self._entered = -1  # the last tensor whose hash prefix is in self._result
@@ -271,7 +284,7 @@ class PatchApplier:
             if end > cur_off:
                 src = uint_view(self._base[spec.name])
                 copy = cur_t == ti or cur_t in self._views or self._spare is not None
-                if copy and not self._verify_only:
+                if copy and not self._verify_only and not _same_memory(self._view(cur_t), src):
                     dst = self._view(cur_t)
                     for a in range(cur_off, end, FINALISE_CHUNK):
                         b = min(end, a + FINALISE_CHUNK)
@@ -298,22 +311,55 @@ class PatchApplier:
         assert self._header is not None
         self._advance_to(seg.tensor, seg.start)
         self._enter(seg.tensor)
+        spec = self._header.tensors[seg.tensor]
         end = seg.start + seg.span
-        src = uint_view(self._base[self._header.tensors[seg.tensor].name])[seg.start : end]
-        if self._verify_only:  # the segment alone is staged, checked, hashed and dropped
-            target = src.copy()
+        src = uint_view(self._base[spec.name])[seg.start : end]
+        pos, old, new = self._decode(seg, iframe, vframe, src)
+        if self._record is not None:
+            self._record.append((seg.tensor, seg.start, None if pos is None else pos.astype(np.uint32), old ^ new))
+        if self._values is not None:
+            self._values.append(new)
+        if self._verify_only:  # hashed through a scratch chunk: nothing staged, nothing allocated per segment
+            self._hash_patched(spec, src, pos, new)
         else:
             target = self._view(seg.tensor)[seg.start : end]
-            np.copyto(target, src)
-        self._decode_into(seg, iframe, vframe, target)
-        spec = self._header.tensors[seg.tensor]
-        check_bool_bits(spec.dtype, target, spec.name)  # the untouched rest was checked when hashed
-        self._result.update(memoryview(target).cast("B"))
+            if pos is None:
+                target[...] = new
+            else:
+                if not _same_memory(target, src):
+                    np.copyto(target, src)
+                target[pos] = new
+            check_bool_bits(spec.dtype, target, spec.name)  # the untouched rest was checked when hashed
+            self._result.update(memoryview(target).cast("B"))
         self._cursor = (seg.tensor, end)
 
-    def _decode_into(
-        self, seg: SegmentHead, iframe: memoryview, vframe: memoryview, target: np.ndarray
-    ) -> None:
+    def _hash_patched(self, spec: TensorSpec, src: np.ndarray, pos: np.ndarray | None, new: np.ndarray) -> None:
+        """Hash ``src`` with ``new`` at ``pos`` (a dense segment: ``new`` whole) without writing ``src``."""
+        if pos is None:
+            check_bool_bits(spec.dtype, new, spec.name)
+            self._result.update(memoryview(new).cast("B"))
+            return
+        scratch = self._scratch.get(src.dtype)
+        if scratch is None:
+            scratch = self._scratch[src.dtype] = np.empty(FINALISE_CHUNK, dtype=src.dtype)
+        n = src.size
+        cuts = np.searchsorted(pos, np.arange(0, n + FINALISE_CHUNK, FINALISE_CHUNK)).tolist()
+        for k, a in enumerate(range(0, n, FINALISE_CHUNK)):
+            b = min(n, a + FINALISE_CHUNK)
+            chunk = scratch[: b - a]
+            np.copyto(chunk, src[a:b])
+            i, j = cuts[k], cuts[k + 1]
+            if j > i:
+                chunk[pos[i:j] - a] = new[i:j]
+            check_bool_bits(spec.dtype, chunk, spec.name)
+            self._result.update(memoryview(chunk).cast("B"))
+
+    def _decode(
+        self, seg: SegmentHead, iframe: memoryview, vframe: memoryview, src: np.ndarray
+    ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+        """(positions, old bits, new bits) of one segment, checked: a sparse segment's positions are
+        sorted, in range and each changes its element; a dense one's new bits cover the span (positions
+        None) and change exactly ``count`` elements. ``src`` is only read."""
         assert self._header is not None
         d = BY_NAME[self._header.tensors[seg.tensor].dtype]
         n_vals = seg.count if seg.kind == KIND_SPARSE else seg.span
@@ -325,28 +371,23 @@ class PatchApplier:
             else:
                 gaps = intcode.u16esc_decode(iraw, seg.count)
             pos = intcode.gaps_to_positions(gaps, seg.span)
-            old = target[pos]
+            old = src[pos]
             new = intcode.unzigzag_add(old, vals) if seg.value_coding == VALUE_DELTA else vals
             if np.any(new == old):
                 raise PatchError(PatchReason.MALFORMED, "segment lists an element that does not change")
-            target[pos] = new
-            if self._record is not None:
-                self._record.append((seg.tensor, seg.start, pos.astype(np.uint32), old ^ new))
-            return
+            return pos, old, new
         if seg.value_coding == VALUE_DELTA:
             changed = int(np.count_nonzero(vals))
-            new = intcode.unzigzag_add(target, vals)
+            new = intcode.unzigzag_add(src, vals)
         else:
             new = vals
-            changed = int(np.count_nonzero(new != target))
+            changed = int(np.count_nonzero(new != src))
         if changed != seg.count:
             raise PatchError(
                 PatchReason.MALFORMED,
                 f"dense segment changes {changed} elements, declares {seg.count}",
             )
-        if self._record is not None:
-            self._record.append((seg.tensor, seg.start, None, target ^ new))
-        target[...] = new
+        return None, src, new
 
     def finish(self) -> dict[str, TensorLike]:
         """The patched state, only if the patch is complete and the result hash matches."""

@@ -21,6 +21,7 @@ from p2prl.atomicfile import write_atomic
 from p2prl.crypto import Identity
 from p2prl.patch.anchors import ANCHOR_CODEC, decode_anchor, encode_anchor
 from p2prl.patch.apply import PatchApplier
+from p2prl.patch.dtypes import uint_view
 from p2prl.patch.encode import PatchEncoder
 from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.patch.format import CODEC
@@ -30,6 +31,7 @@ from p2prl.protocol import DEFAULT_CHUNK_SIZE, PatchManifest, blob_ref_for, enco
 from p2prl.store import BlobStore, StoreError
 
 STATE_FILE = "chain.json"
+COPY_DIV = 32  # a segment with more than 1/COPY_DIV of its elements changed is copied whole
 
 
 @dataclass(frozen=True)
@@ -273,6 +275,20 @@ def retention(manifests: Manifests, keep_versions: int) -> tuple[set[str], set[s
 # -- publishing --------------------------------------------------------------------------------
 
 
+def _write_changes(
+    copy: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], enc: PatchEncoder
+) -> None:
+    """Bring ``copy`` (the encoder's base) up to ``new``: only the elements the patch changes."""
+    names = [s.name for s in enc.specs]
+    for ti, start, pos in enc.changes:
+        dst, src = uint_view(copy[names[ti]])[start:], uint_view(new[names[ti]])[start:]
+        n = min(enc.segment_span, dst.size)
+        if pos is None or pos.size * COPY_DIV > n:  # many changes: a straight copy beats a scatter
+            dst[:n] = src[:n]
+        else:
+            dst[pos] = src[pos]
+
+
 class ChainPublisher:
     """The trainer's side: signs and stores one version per ``publish``.
 
@@ -364,17 +380,22 @@ class ChainPublisher:
         return Published(manifest=m, envelope=env, blob=blob)
 
     def publish(self, state: Mapping[str, torch.Tensor]) -> PublishedVersion:
-        """Publish ``state`` (the trainer's bf16 weights) as the next version."""
-        snapshot = {k: v.detach().clone(memory_format=torch.contiguous_format) for k, v in state.items()}
+        """Publish ``state`` (the trainer's bf16 weights) as the next version.
+
+        ``state`` is read in place (it must not change until this returns); the chain's own copy of
+        the last version is brought up to it by writing the elements the patch changes, so a publish
+        costs one read of both states and a pass over the changed elements, not a copy of the model."""
         delta = anchor = None
         t0 = time.monotonic()
         if self._state is None:
             v = 0
+            snapshot = {k: v.detach().clone(memory_format=torch.contiguous_format) for k, v in state.items()}
             blob = encode_anchor(snapshot)
             result_hash = weights_hash(snapshot)
         else:
             v = (self.version or 0) + 1
-            enc = PatchEncoder(self._state, snapshot, zstd_level=self.zstd_level, base_hash=self.result_hash)
+            new = {k: t.detach().contiguous() for k, t in state.items()}
+            enc = PatchEncoder(self._state, new, zstd_level=self.zstd_level, base_hash=self.result_hash)
             dblob = b"".join(enc.segments())
             assert enc.result_hash is not None and self.result_hash is not None
             result_hash = enc.result_hash
@@ -390,7 +411,7 @@ class ChainPublisher:
             )
             self.last_encode_s = time.monotonic() - t0
             delta = self._sign(m, dblob)
-            blob = encode_anchor(snapshot) if v % self.anchor_interval == 0 else None
+            blob = encode_anchor(new) if v % self.anchor_interval == 0 else None
         if blob is not None:
             m = PatchManifest(
                 version=v,
@@ -403,6 +424,10 @@ class ChainPublisher:
                 anchor_version=v,
             )
             anchor = self._sign(m, blob)
+        if delta is not None:  # signed and stored: the copy of the last version moves on to this one
+            snapshot = self._state
+            assert snapshot is not None
+            _write_changes(snapshot, new, enc)
         self.version, self.result_hash, self._state = v, result_hash, snapshot
         self._commit()
         return PublishedVersion(version=v, result_hash=result_hash, delta=delta, anchor=anchor)

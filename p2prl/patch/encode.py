@@ -114,9 +114,12 @@ def _pick_values(cands: list[tuple[int, np.ndarray]], level: int) -> tuple[int, 
     return best
 
 
+Encoded = tuple[bytes, SegmentHead, "np.ndarray | None"]  # bytes, record, changed positions (None: dense)
+
+
 def _encode_segment(
     ti: int, start: int, old: np.ndarray, new: np.ndarray, level: int, index_coding: str
-) -> tuple[bytes, SegmentHead] | None:
+) -> Encoded | None:
     pos = np.flatnonzero(old != new)
     count = pos.size
     if count == 0:
@@ -129,7 +132,7 @@ def _encode_segment(
         head = SegmentHead(
             KIND_DENSE, coding, INDEX_NONE, ti, start, span, count, 0, 0, len(vraw), len(vcomp)
         )
-        return head.pack() + vcomp, head
+        return head.pack() + vcomp, head, None
     nv = new[pos]
     coding, vraw, vcomp = _pick_values(
         [(VALUE_DELTA, intcode.zigzag_diff(nv, old[pos])), (VALUE_RAW, nv)], level
@@ -149,16 +152,18 @@ def _encode_segment(
     head = SegmentHead(
         KIND_SPARSE, coding, ic, ti, start, span, count, len(iraw), len(icomp), len(vraw), len(vcomp)
     )
-    return head.pack() + icomp + vcomp, head
+    return head.pack() + icomp + vcomp, head, pos
 
 
 class PatchEncoder:
     """Streams the patch from ``base`` to ``new``: ``segments()`` yields bytes as they are made.
 
     ``base_hash``/``result_hash`` may be passed when the caller already knows them (the trainer
-    knows the hash of what it last published); otherwise they are computed, the result hash on a
-    worker thread beside the diff. After ``segments()`` is exhausted, ``base_hash``,
-    ``result_hash`` and ``stats`` describe the patch.
+    knows the hash of what it last published); otherwise they are computed, the result hash on its
+    own thread beside the diff. After ``segments()`` is exhausted, ``base_hash``, ``result_hash``
+    and ``stats`` describe the patch and ``changes`` lists what it changes, per segment (tensor
+    index, start, positions or None for a dense segment): enough to bring a copy of ``base`` up to
+    ``new`` by writing the changed elements only (``ChainPublisher``).
     """
 
     def __init__(
@@ -189,6 +194,7 @@ class PatchEncoder:
         probe = Header(base_hash="0" * 64, tensors=self.specs, zstd_level=zstd_level).to_bytes()
         parse_header(probe[PREAMBLE.size :])
         self.stats = PatchStats(numel=sum(s.numel for s in self.specs))
+        self.changes: list[tuple[int, int, np.ndarray | None]] = []
 
     def _work(self) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
         for ti, spec in enumerate(self.specs):
@@ -205,37 +211,55 @@ class PatchEncoder:
         digest = blake3.blake3(header)
         yield header
         n_segments = 0
-        with ThreadPoolExecutor(self.threads, thread_name_prefix="patch-enc") as pool:
-            hash_job: Future[str] | None = None
-            if self.result_hash is None:
-                hash_job = pool.submit(weights_hash, self.new)
-            pending: deque[Future[tuple[bytes, SegmentHead] | None]] = deque()
-            level, ic = self.zstd_level, self.index_coding
+        hashed: list[str | PatchError] = []
 
-            def drain(fut: Future[tuple[bytes, SegmentHead] | None]) -> bytes | None:
-                out = fut.result()
-                if out is None:
-                    return None
-                data, head = out
-                self._account(head, len(data))
-                return data
+        def hash_new() -> None:
+            try:
+                hashed.append(weights_hash(self.new))
+            except PatchError as e:  # e.g. a BOOL byte neither 0 nor 1: raised by segments() below
+                hashed.append(e)
 
-            for ti, start, old, new in self._work():
-                pending.append(pool.submit(_encode_segment, ti, start, old, new, level, ic))
-                if len(pending) >= WINDOW:
+        hasher: threading.Thread | None = None
+        if self.result_hash is None:  # its own thread: both workers keep diffing
+            hasher = threading.Thread(target=hash_new, name="patch-hash")
+            hasher.start()
+        try:
+            with ThreadPoolExecutor(self.threads, thread_name_prefix="patch-enc") as pool:
+                pending: deque[Future[Encoded | None]] = deque()
+                level, ic = self.zstd_level, self.index_coding
+
+                def drain(fut: Future[Encoded | None]) -> bytes | None:
+                    out = fut.result()
+                    if out is None:
+                        return None
+                    data, head, pos = out
+                    self._account(head, len(data))
+                    self.changes.append((head.tensor, head.start, pos))
+                    return data
+
+                for ti, start, old, new in self._work():
+                    pending.append(pool.submit(_encode_segment, ti, start, old, new, level, ic))
+                    if len(pending) >= WINDOW:
+                        data = drain(pending.popleft())
+                        if data is not None:
+                            n_segments += 1
+                            digest.update(data)
+                            yield data
+                while pending:
                     data = drain(pending.popleft())
                     if data is not None:
                         n_segments += 1
                         digest.update(data)
                         yield data
-            while pending:
-                data = drain(pending.popleft())
-                if data is not None:
-                    n_segments += 1
-                    digest.update(data)
-                    yield data
-            if hash_job is not None:
-                self.result_hash = hash_job.result()
+        finally:
+            if hasher is not None:
+                hasher.join()
+        if hasher is not None:
+            if not hashed:
+                raise PatchError(PatchReason.BAD_INPUT, "the new state could not be hashed")
+            if isinstance(hashed[0], PatchError):
+                raise hashed[0]
+            self.result_hash = hashed[0]
         assert self.result_hash is not None
         tail = end_record(n_segments, self.result_hash, digest.digest())
         self.stats.total_bytes += len(tail)

@@ -37,14 +37,20 @@ def shuffle(a: np.ndarray) -> bytes:
 
 
 def unshuffle(buf: bytes | memoryview, dtype: type[np.unsignedinteger], n: int) -> np.ndarray:
-    """Inverse of shuffle, for exactly ``n`` elements."""
+    """Inverse of shuffle, for exactly ``n`` elements: the planes are widened and or-ed together,
+    highest first (contiguous passes only)."""
     w = np.dtype(dtype).itemsize
     raw = np.frombuffer(buf, dtype=np.uint8)
     if raw.size != n * w:
         raise PatchError(PatchReason.MALFORMED, f"value stream has {raw.size} bytes, expected {n * w}")
     if w == 1:
         return raw.copy()
-    return np.ascontiguousarray(raw.reshape(w, n).T).view(dtype).reshape(-1)
+    out = raw[(w - 1) * n :].astype(dtype)
+    shift = dtype(8)
+    for k in range(w - 2, -1, -1):
+        out <<= shift
+        out |= raw[k * n : (k + 1) * n]
+    return out
 
 
 def positions_to_gaps(pos: np.ndarray) -> np.ndarray:
@@ -129,18 +135,21 @@ def u16esc_encode(g: np.ndarray) -> bytes:
 
 
 def u16esc_decode(buf: bytes | memoryview, n: int) -> np.ndarray:
+    """The gaps of a u16esc stream: uint16 when none is escaped (no widening pass), else uint32."""
     mv = memoryview(buf)
     if len(mv) < 2 * n:
         raise PatchError(PatchReason.MALFORMED, "uint16 index stream shorter than its count")
     main = unshuffle(mv[: 2 * n], np.uint16, n)
-    esc = main == U16_ESCAPE
-    n_esc = int(esc.sum())
-    if len(mv) != 2 * n + 4 * n_esc:
+    if len(mv) == 2 * n:  # no escape section: no gap may be escaped
+        if n and int(main.max()) == U16_ESCAPE:
+            raise PatchError(PatchReason.MALFORMED, "uint16 index stream escape section has the wrong length")
+        return main
+    esc = np.flatnonzero(main == U16_ESCAPE)
+    if len(mv) != 2 * n + 4 * esc.size:
         raise PatchError(PatchReason.MALFORMED, "uint16 index stream escape section has the wrong length")
+    big = np.frombuffer(mv[2 * n :], dtype="<u4")
+    if np.any(big < U16_ESCAPE):
+        raise PatchError(PatchReason.MALFORMED, "escaped index gap is small enough for uint16")
     out = main.astype(np.uint32)
-    if n_esc:
-        big = np.frombuffer(mv[2 * n :], dtype="<u4")
-        if np.any(big < U16_ESCAPE):
-            raise PatchError(PatchReason.MALFORMED, "escaped index gap is small enough for uint16")
-        out[esc] = big
+    out[esc] = big
     return out

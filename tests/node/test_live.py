@@ -147,3 +147,51 @@ def test_tracked_switches_name_exactly_the_tensors_they_wrote(tmp_path, model_di
     live.advance(plan_sync(0, live.hash, index, 1), store.get)
     assert live.take_changed() == set(touched) and live.take_changed() == set()
     assert bits_equal(unique_state(model), v1)
+
+
+def test_prepared_switch_writes_only_the_changes_into_an_engine_with_its_own_copy(tmp_path, model_dir):
+    """The CUDA shape on the CPU: the node's live copy is checked beside generation (prepare), the swap
+    writes the recorded changes, and the engine's own model gets the switch as a value (positions and
+    values through ``scatter_into``): both end bit-identical to the trainer, chained switches too."""
+    from p2prl.rl.engine import HFEngine
+
+    engine_model = _model(model_dir)
+    state = snapshot(unique_state(engine_model))  # apart from the engine's tensors, as on CUDA
+    pub, states, published = _trainer_chain(tmp_path, state, 3)
+    store, index = _receiver(tmp_path, published)
+    live = LiveWeights(state, Weights(0, weights_hash(state), state), keep=2)
+    engine = HFEngine(engine_model, tokenizer=None)
+    ready = live.prepare(plan_sync(0, live.hash, index, 1), store.get)
+    assert ready is not None and bits_equal(state, states[0])  # checked, not written
+    w = live.advance(plan_sync(0, live.hash, index, 1), store.get, ready)
+    assert w.switch is not None and (w.switch.base, w.switch.version, w.switch.hash) == (0, 1, w.hash)
+    written = engine.write_changes((x.name, x.start, x.positions, x.values) for x in w.switch.writes)
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    assert 0 < written < total / 4  # a few % changed: the changed elements, not the model
+    assert bits_equal(state, states[1]) and bits_equal(unique_state(engine_model), states[1])
+    # two deltas in one switch (not prepared: a chain is checked on the role's thread): one value
+    w = live.advance(plan_sync(1, live.hash, index, 3), store.get)
+    assert w.switch is not None and (w.switch.base, w.switch.version) == (1, 3)
+    engine.write_changes((x.name, x.start, x.positions, x.values) for x in w.switch.writes)
+    assert bits_equal(unique_state(engine_model), states[3]) and weights_hash(state) == pub.result_hash
+
+
+def test_a_prepared_check_is_redone_once_the_weights_moved_and_a_bad_patch_fails_in_prepare(tmp_path, model_dir):
+    model = _model(model_dir)
+    state = unique_state(model)
+    pub, states, published = _trainer_chain(tmp_path, state, 2)
+    store, index = _receiver(tmp_path, published)
+    live = LiveWeights(state, Weights(0, weights_hash(state), state), keep=1)
+    good = index.get(1, "delta")
+    other = encode_patch(states[0], perturb(states[0], 0.05, seed=99))  # promises another result
+    ref = blob_ref_for(other, MIN_CHUNK_SIZE)
+    store.put(other, expected_id=ref.id)
+    with pytest.raises(PatchError) as e:
+        live.prepare([type(good)(**{**good.__dict__, "blob": ref})], store.get)
+    assert e.value.reason == "hash_mismatch" and bits_equal(unique_state(model), states[0])
+    stale = live.prepare([good], store.get)
+    live.advance([good], store.get)  # the role switched on its own meanwhile
+    assert live.prepare([index.get(2, "delta")], store.get) is not None
+    assert live.prepare([good], store.get) is None  # not a delta from the head any more
+    live.advance([index.get(2, "delta")], store.get, stale)  # a stale check is not used: checked again
+    assert bits_equal(unique_state(model), states[2]) and live.hash == pub.result_hash

@@ -197,3 +197,23 @@ def test_publish_copies_the_state(tmp_path):
     pv = pub.publish(s)
     s["w"].view(torch.int16)[0, 0] ^= 1
     assert weights_hash(pub.state) == pv.result_hash
+
+
+@pytest.mark.parametrize("density", [0.004, 0.1, 0.6])
+def test_the_chains_copy_follows_by_the_changed_elements_only(tmp_path, density):
+    """After a delta the chain's copy is brought up by the changes alone (scattered, segment copies
+    for many changes, dense segments whole): it equals what was published, never aliases the
+    caller's tensors, and the next delta is made against it."""
+    pub = ChainPublisher(tmp_path / "t", TRAINER, NET, chunk_size=MIN_CHUNK_SIZE, anchor_interval=100)
+    state = random_state({"w": (300, 40), "b": (40,), "z": (5,)})
+    start = {k: v.clone() for k, v in state.items()}
+    published = [pub.publish(state)]
+    copy = pub.state
+    for i in range(3):
+        state = perturb(state, density, seed=50 + i)
+        state["z"] = start["z"].clone()  # one tensor never changes
+        published.append(pub.publish(state))
+        assert pub.state is copy and bits_equal(copy, state) and weights_hash(copy) == published[-1].result_hash
+        assert all(copy[k].data_ptr() != state[k].data_ptr() for k in state)
+    _, got = Node(tmp_path / "n", published).sync(0, weights_hash(start), start, 3)
+    assert bits_equal(got, state)

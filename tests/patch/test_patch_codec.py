@@ -289,3 +289,54 @@ def test_declared_end_count_must_match(fuzz_case):
     (n,) = struct.unpack("<I", patch[-68:-64])
     assert n == inspect_patch(patch)["segments"]
     _must_reject(base, keep, patch[:-68] + struct.pack("<I", n + 1) + patch[-64:])
+
+
+# -- checking without applying, then writing the recorded changes -----------------------------
+
+
+def _check(base, patch, record):
+    applier = PatchApplier(base, verify_only=True, record=record)
+    applier.feed(patch)
+    assert applier.finish() == {}
+    return applier.result_hash
+
+
+def _xor_in(state, record):
+    names = sorted(state, key=lambda s: s.encode("utf-8"))
+    for ti, start, pos, bits in record:
+        v = uint_view(state[names[ti]])
+        if pos is None:
+            v[start : start + bits.size] ^= bits
+        else:
+            v[start:][pos] ^= bits
+
+
+@pytest.mark.parametrize("chunk", [5, 1 << 20])
+@pytest.mark.parametrize("density", [0.01, 0.6])
+def test_verify_only_records_what_apply_writes(monkeypatch, chunk, density):
+    """The check decodes once, hashes the result through a reused chunk (small chunks: positions fall
+    on every chunk boundary) and records the changed bits; XOR-ing them into the base is the result."""
+    import p2prl.patch.apply as apply_mod
+
+    monkeypatch.setattr(apply_mod, "FINALISE_CHUNK", chunk)
+    base, new = _pair({"w": (40, 30), "b": (30,), "n": (7,), "z": (3, 3)}, torch.bfloat16, density)
+    new["z"] = base["z"].clone()  # untouched
+    patch = b"".join(PatchEncoder(base, new, segment_span=64).segments())
+    keep, record = snapshot(base), []
+    assert _check(base, patch, record) == weights_hash(new)
+    assert bits_equal(base, keep), "the check wrote into its base"
+    assert record and any(r[2] is None for r in record) == (density > 0.25)
+    _xor_in(base, record)
+    assert bits_equal(base, new)
+
+
+def test_verify_only_rejects_every_bit_flip_and_truncation(fuzz_case):
+    base, keep, patch = fuzz_case
+    rng = random.Random(2)
+    for p in [*range(0, len(patch), 3), *(rng.randrange(len(patch)) for _ in range(200))]:
+        bad = bytearray(patch)
+        bad[p] ^= 1 << rng.randrange(8)
+        for data in (bytes(bad), patch[:p]):
+            with pytest.raises(PatchError):
+                _check(base, data, [])
+    assert bits_equal(base, keep)

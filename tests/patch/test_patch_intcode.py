@@ -81,3 +81,25 @@ def test_shuffle_roundtrip(dt):
     assert np.array_equal(intcode.unshuffle(intcode.shuffle(a), dt, a.size), a)
     with pytest.raises(PatchError):
         intcode.unshuffle(intcode.shuffle(a)[:-1], dt, a.size)
+
+
+@pytest.mark.parametrize("dt", UINTS)
+def test_unshuffle_planes_are_the_byte_transpose(dt):
+    """The plane-widening decode reads the wire layout (byte k of every element, k = 0..w-1) exactly
+    as the byte transpose it replaced."""
+    rng = np.random.default_rng(7)
+    w = np.dtype(dt).itemsize
+    raw = rng.integers(0, 256, size=777 * w, dtype=np.uint8).tobytes()
+    want = np.ascontiguousarray(np.frombuffer(raw, np.uint8).reshape(w, 777).T).view(dt).reshape(-1)
+    got = intcode.unshuffle(raw, dt, 777)
+    assert got.dtype == dt and np.array_equal(got, want)
+
+
+def test_u16esc_decode_keeps_uint16_without_escapes_and_refuses_a_missing_section():
+    g = np.array([0, 5, 0xFFFE, 7], dtype=np.uint32)
+    got = intcode.u16esc_decode(intcode.u16esc_encode(g), g.size)
+    assert got.dtype == np.uint16 and np.array_equal(got, g)
+    assert np.array_equal(intcode.gaps_to_positions(got, 1 << 17), intcode.gaps_to_positions(g, 1 << 17))
+    escaped_without_section = intcode.shuffle(np.array([3, 0xFFFF], dtype=np.uint16))
+    with pytest.raises(PatchError):
+        intcode.u16esc_decode(escaped_without_section, 2)

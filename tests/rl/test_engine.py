@@ -82,3 +82,29 @@ def test_greedy_and_bad_params(default_model_dir) -> None:
         GenerationParams(4, top_p=0.0)
     with pytest.raises(ValueError):
         eng.generate([[]], 1, GenerationParams(4))
+
+
+def test_scatter_into_writes_only_the_given_elements_as_bits() -> None:
+    """The switch's writes on the engine's device (here the CPU, same code as CUDA): sparse positions
+    from an offset, a dense run, and values of another dtype converted; nothing else moves."""
+    from p2prl.rl.engine import scatter_into
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)).to(torch.bfloat16)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    nan = torch.tensor([-1], dtype=torch.int16).view(torch.bfloat16)  # a NaN payload: bits, not values
+    vals = torch.cat([nan, torch.tensor([2.5], dtype=torch.bfloat16)])
+    dense = torch.arange(5, dtype=torch.float32)
+    n = scatter_into(
+        model, [("0.weight", 10, torch.tensor([0, 7]), vals), ("1.weight", 3, None, dense.to(torch.bfloat16))]
+    )
+    assert n == 2 * 2 + 5 * 2
+    w0 = model.state_dict()["0.weight"].view(-1)
+    assert w0.view(torch.int16)[10] == -1 and w0[17] == 2.5
+    mask = torch.ones(64, dtype=torch.bool)
+    mask[[10, 17]] = False
+    assert torch.equal(w0.view(torch.int16)[mask], before["0.weight"].view(-1).view(torch.int16)[mask])
+    assert torch.equal(model.state_dict()["1.weight"].view(-1)[3:8], dense.to(torch.bfloat16))
+    model32 = torch.nn.Linear(8, 4)
+    scatter_into(model32, [("weight", 0, torch.tensor([1]), torch.tensor([0.5], dtype=torch.bfloat16))])
+    assert model32.weight.view(-1)[1].item() == 0.5
