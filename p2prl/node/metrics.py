@@ -43,6 +43,7 @@ _DECLARED: list[Metric] = [
     Metric("tokens_per_s", G, "The miner's generation throughput (completion tokens per second)."),
     Metric("own_score", G, "This miner's score in the validators' latest Scores."),
     Metric("engine_weights_checked", C, "Version switches whose vLLM engine weights were read back."),
+    Metric("engine_write_bytes", G, "Bytes the last switch wrote into an engine that keeps its own copy."),
     Metric("engine_weights_mismatch", C, "Of those, switches whose engine weights were not the version's."),
     # validator (groups_accepted/_rejected and rejected also count verdicts about a miner itself)
     Metric("groups_accepted", C, "Rollout groups accepted (validator: its verdicts; miner: about it)."),
@@ -98,6 +99,7 @@ _DECLARED: list[Metric] = [
     Metric("s3_errors", L, "S3 errors by kind."),
     Metric("patch_last_bytes", G, "Size of the last patch applied."),
     Metric("patch_apply_ms", G, "Time the last patch took to apply (ms)."),
+    Metric("patch_verify_ms", G, "Time the last patch took to check beside generation, before the swap (ms)."),
     Metric("patch_fetch_ms", G, "Time the last patch took to fetch (ms)."),
     # every role: node
     Metric("restarts_resumed", C, "Starts that resumed this node's saved state."),
