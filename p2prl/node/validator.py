@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from p2prl.crypto import Identity
 from p2prl.lru import LRU
 from p2prl.node.common import generation_params, open_synced_role, task_of
-from p2prl.node.judgequeue import Announcement, JudgeQueue, key_of
+from p2prl.node.judgequeue import GOOD, Announcement, JudgeQueue, key_of
 from p2prl.node.live import LiveWeights
 from p2prl.node.pump import Handlers
 from p2prl.node.role import RoleEnv
@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 SCORES_EVERY_S = 5.0
 ROLLOUT_PROBE_S = 3.0  # a blob none of whose bytes arrive this fast is not served: soft reject, strike
 ROLLOUT_FETCH_S = 20.0  # a batch its miner cannot serve soon is not worth blocking the checks for
+RETRY_BACKOFF_S = (1.0, 3.0, 6.0)  # pauses before asking again for a miner in standing's batch
 FETCHERS = 3  # blobs fetched in parallel, off the judging thread; fetcher 0 serves good standing only
 READY_MAX = 4  # fetched blobs waiting to be judged
 POSITION_TAG = b"p2prl/validator/position-secret/v1"
@@ -276,9 +277,10 @@ class Validator:
         t0 = time.monotonic()
         if data is Fetch.HERE:
             data = self._fetch(item)
-        if data is None:
+        if data is None:  # this validator's observation, not proof of the miner's fault
             with self.jq_cond:
-                self.jq.unfetchable(item)
+                self.jq.unfetchable(item)  # a strike: repeated, it lowers the miner's standing
+            self.checker.pass_over(ann, miner)  # its next batch is judged on its own
             bv = reject_all(ann.groups, VerdictReason.UNREACHABLE)
         else:
             with self.jq_cond:
@@ -292,6 +294,22 @@ class Validator:
         return bv
 
     def _fetch(self, item: Announcement) -> bytes | None:
+        """The blob's bytes, or None. A miner in good standing is asked again after each failed try
+        (``RETRY_BACKOFF_S``: every provider the network knows, each time), so a blob server that
+        pauses for seconds costs no batch; an unproven key gets one try, so a flood of blobs nobody
+        serves costs a probe each."""
+        with self.jq_cond:
+            good = self.jq.standing(item.envelope.signer_hex) == GOOD
+        pauses = RETRY_BACKOFF_S if good else ()
+        data = self._fetch_once(item)
+        for pause in pauses:
+            if data is not None or self.env.stop.wait(pause):
+                break
+            self.env.status.incr_label("rollout_fetch_retries", "standing")
+            data = self._fetch_once(item)
+        return data
+
+    def _fetch_once(self, item: Announcement) -> bytes | None:
         """The blob's bytes, or None: a short probe first, the full fetch only if bytes arrived."""
         env, ann = self.env, item.message
         origin = item.origin
