@@ -120,6 +120,11 @@ class JudgeQueue:
     def __len__(self) -> int:
         return self._n
 
+    def oldest_age(self, now: float | None = None) -> float:
+        """Seconds the longest-waiting queued announcement has waited (0 when none waits)."""
+        now = time.monotonic() if now is None else now
+        return max((now - q[0][0] for cls in self._queues for q in cls.values() if q), default=0.0)
+
     def standing(self, signer: str) -> int:
         if self._strikes.get(signer, 0) >= STRIKES_TO_PENALIZE:
             return PENALIZED

@@ -11,6 +11,7 @@ started to arrive gets the full fetch time.
 
 from __future__ import annotations
 
+import copy
 import logging
 import queue
 import threading
@@ -50,6 +51,7 @@ ROLLOUT_FETCH_S = 20.0  # a batch its miner cannot serve soon is not worth block
 RETRY_BACKOFF_S = (1.0, 3.0, 6.0)  # pauses before asking again for a miner in standing's batch
 FETCHERS = 3  # blobs fetched in parallel, off the judging thread; fetcher 0 serves good standing only
 READY_MAX = 4  # fetched blobs waiting to be judged
+BEHIND_S = 30.0  # an announcement queued this long: judging is behind, and status says so
 POSITION_TAG = b"p2prl/validator/position-secret/v1"
 
 
@@ -155,9 +157,10 @@ class Validator:
         gen = generation_params(env)
         vcfg = ValidatorConfig.from_genesis(env.g, checked_per_group=env.settings.checked_per_group)
         task = task_of(env)  # built once: a data-backed task reads and hashes its file
+        self._tuned: ValidatorConfig | None = None  # calibrated tolerances, applied between two checks
+        self.calibration: threading.Thread | None = None
         if env.settings.calibrate_tolerances:
-            seed_hash = start.hash if start.verified else ""  # unverified: any seed calibrates
-            vcfg = calibrated(self.engine.model, tok, task, gen, seed_hash, vcfg)
+            self.calibration = self._start_calibration(tok, task, gen, start, vcfg)
         self.checker = RolloutValidator(
             self.cache.source, tok, task, vcfg, position_secret=position_secret(env.identity)
         )
@@ -168,6 +171,7 @@ class Validator:
         self.scores = ScoreBook(env.settings.score_window)
         self.ready: queue.Queue[tuple[Announcement, bytes | None]] = queue.Queue(READY_MAX)
         self._last_scores = 0.0
+        self._behind = False
         self.current = start
         env.status.set(
             version=start.version, weights_hash=start.status_hash
@@ -175,6 +179,54 @@ class Validator:
         self._report_sha(start)
         for k in PROOF_TOLERANCES:  # beside the largest errors seen (_record): how close honest miners come
             env.status.gauge(f"proof_{k}", getattr(vcfg, k))
+        self._apply_calibration()  # a model calibrated here, before judging
+
+    def _start_calibration(
+        self, tok: Tokenizer, task: Task, gen: GenerationParams, start: Weights, vcfg: ValidatorConfig
+    ) -> threading.Thread | None:
+        """Calibrate on a copy of the start model in a thread of its own: minutes on a real model,
+        during which announced batches are judged with the genesis's tolerances instead of expiring
+        unjudged (status ``calibrating``). A model that cannot be copied is calibrated here."""
+        seed_hash = start.hash if start.verified else ""  # unverified: any seed calibrates
+        try:
+            model = copy.deepcopy(self.engine.model)
+        except Exception as e:  # any model: the copy is an optimisation
+            log.warning("model not copyable (%s): calibrating before judging", e)
+            self._tuned = calibrated(self.engine.model, tok, task, gen, seed_hash, vcfg)
+            return None
+        self.env.status.set(calibrating=True)
+        log.info("calibrating tolerances in the background; judging with the genesis's tolerances until done")
+
+        def run() -> None:
+            try:
+                self._tuned = calibrated(model, tok, task, gen, seed_hash, vcfg)
+            except Exception:
+                log.exception("calibration failed: judging with the genesis's tolerances")
+                self.env.status.set(calibrating=False)
+                self.env.status.incr_label("check_failed", "calibration")
+
+        t = threading.Thread(target=run, name="p2prl-calibrate", daemon=True)
+        t.start()
+        return t
+
+    def _apply_calibration(self) -> None:
+        """Judge with the calibrated tolerances from the next check on (the judging thread only)."""
+        tuned = self._tuned
+        if tuned is None or self.checker.config is tuned:
+            return
+        self.checker.config = tuned
+        for k in PROOF_TOLERANCES:
+            self.env.status.gauge(f"proof_{k}", getattr(tuned, k))
+        self.env.status.set(calibrating=False)
+
+    def wait_calibrated(self, timeout: float | None = None) -> bool:
+        """Block until the tolerances are calibrated (or calibration is off); True if done."""
+        if self.calibration is not None:
+            self.calibration.join(timeout)
+            if self.calibration.is_alive():
+                return False
+        self._apply_calibration()
+        return True
 
     def _report_sha(self, w: Weights) -> None:
         """The full-model SHA-256 for run summaries, only when asked (one hash of the model)."""
@@ -204,6 +256,7 @@ class Validator:
                 with self.jq_cond:
                     self.jq.judged.prune(w.version)
             self._maybe_publish_scores()
+            self._report_backlog()
             try:
                 item, data = self.ready.get(timeout=0.5)
             except queue.Empty:
@@ -270,6 +323,7 @@ class Validator:
         env = self.env
         ann = item.message
         miner = item.envelope.signer
+        self._apply_calibration()
         with self.jq_cond:
             if key_of(item) in self.jq.judged:
                 env.status.incr_label("dropped", NodeDrop.DUPLICATE_ANNOUNCEMENT)
@@ -288,6 +342,8 @@ class Validator:
             bv = self.checker.check(ann, miner, data, self.current.version)
             with self.jq_cond:
                 self.jq.judged_ok(item, bool(bv.valid_groups), bool(bv.hard_failure))
+            if bv.valid_groups and not bv.hard_failure:
+                env.net.grant_standing(miner)  # its gossip is no longer an unproven key's
         verdict = replace(to_verdict(bv, ann, miner), announcement=item.envelope.digest.hex())
         env.publish("verdicts", verdict)
         self._record(ann, miner, bv, time.monotonic() - t0, judged=data is not None)
@@ -356,6 +412,26 @@ class Validator:
             len(bv.groups),
             bv.reasons(),
         )
+
+    def _report_backlog(self) -> None:
+        """Say in status (``judging``, ``judge_backlog``, ``judge_lag_s``) and once in the log when
+        judging falls behind what miners announce, so nobody waits on this validator silently."""
+        with self.jq_cond:
+            n, lag = len(self.jq), self.jq.oldest_age()
+        st = self.env.status
+        st.gauge("judge_backlog", n)
+        st.gauge("judge_lag_s", lag)
+        behind = lag > BEHIND_S
+        judging = f"behind: {n} queued, oldest {lag:.0f} s" if behind else "keeping up"
+        if self._calibrating():
+            judging += " (calibrating: genesis tolerances)"
+        st.set(judging=judging)
+        if behind != self._behind:
+            self._behind = behind
+            (log.warning if behind else log.info)("judging %s", judging)
+
+    def _calibrating(self) -> bool:
+        return self.calibration is not None and self.calibration.is_alive()
 
     def _maybe_publish_scores(self) -> None:
         now = time.monotonic()
