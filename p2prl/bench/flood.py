@@ -77,7 +77,8 @@ def _role_process(root: str, model_cache: str, name: str, listen: str, dial: lis
             from p2prl.node.validator import Validator
 
             obj = Validator(rt.env(ValidatorSettings))
-            obj.wait_calibrated()
+            if hasattr(obj, "wait_calibrated"):  # judged with the tolerances a settled validator has
+                obj.wait_calibrated()
             rt.start(obj)
         for addr in dial:
             rt.net.connect(addr)
@@ -94,6 +95,8 @@ def _role_process(root: str, model_cache: str, name: str, listen: str, dial: lis
                     out.flush()
                 time.sleep(0.05)
         snap: dict[str, Any] = dict(rt.status.snapshot())
+        stats = rt.net.stats()
+        snap["gossip"] = {k: v for k, v in stats.items() if k == "gossip_in" or k.startswith("dropped.")}
         if role == "validator":
             snap["miner_scores"] = obj.scores.scores(obj.current.version)
         (d / f"{name}.json").write_text(json.dumps(snap, default=str))
@@ -420,6 +423,7 @@ def run_processes(model_cache: Path, spec: FloodSpec, log: Callable[[str], None]
         "validator_rejected": vs["labelled"].get("rejected", {}),
         "trainer_dropped": ts["labelled"].get("dropped", {}),
         "gossip_in_per_s_under_flood": {},
+        "gossip": {"validator": vs.get("gossip", {}), "trainer": ts.get("gossip", {})},
         "validator_batches_checked": vs.get("counters", {}).get("batches_checked"),
     }
 

@@ -299,6 +299,8 @@ def bench_flood(
         f"validator: {r['validator_batches_checked']} batches judged, dropped {r['validator_dropped']}"
     )
     typer.echo(f"trainer dropped: {r['trainer_dropped']}")
+    if r.get("gossip"):
+        typer.echo(f"gossip (processes): {r['gossip']}")
 
 
 def bench_trainer(
