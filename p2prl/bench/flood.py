@@ -132,10 +132,19 @@ def _junk(n: int, squat: RolloutAnnouncement | None) -> RolloutAnnouncement:
 
 
 def _attack(
-    root: str, model_cache: str, n: int, keys: int, rate: float, seconds: float, dial: list[str]
+    root: str,
+    model_cache: str,
+    n: int,
+    keys: int,
+    rate: float,
+    seconds: float,
+    dial: list[str],
+    signal: bool = False,
 ) -> None:
     """One attacker host, in its own process: junk announcements at ``rate`` per second from ``keys``
-    keys for ``seconds``; every second one squats the latest honest announcement it has seen."""
+    keys for ``seconds``; every second one squats the latest honest announcement it has seen.
+    ``signal``: write ``attacker<n>.ready`` once flooding, stop when ``stop_flood`` exists, and write
+    the count sent to ``attacker<n>.sent``."""
     from p2prl.node.config import NodeConfig
     from p2prl.node.startup import build_runtime
 
@@ -159,7 +168,10 @@ def _attack(
             rt.net.connect(addr)
         time.sleep(2.0)
         t0, sent = time.monotonic(), 0
-        while time.monotonic() - t0 < seconds:
+        stop = Path(root) / "stop_flood"
+        if signal:
+            (Path(root) / f"attacker{n}.ready").write_text("")
+        while time.monotonic() - t0 < seconds and not (signal and sent % 16 == 0 and stop.exists()):
             for item in rt.net.poll(timeout=0):
                 if item.envelope.type == RolloutAnnouncement.TYPE and item.envelope.signer not in mine:
                     latest = item.message
@@ -170,6 +182,8 @@ def _attack(
                 pass
             sent += 1
             time.sleep(max(0.0, t0 + sent / rate - time.monotonic()))
+        if signal:
+            (Path(root) / f"attacker{n}.sent").write_text(f"{sent} {time.monotonic() - t0:.1f}")
     finally:
         rt.net.stop()
 
@@ -369,16 +383,19 @@ def run_processes(model_cache: Path, spec: FloodSpec, log: Callable[[str], None]
             attack = [
                 ctx.Process(
                     target=_attack,
-                    args=(tmp, str(model_cache), k, keys, rate, seconds + 6.0, [addrs["validator0"], here]),
+                    args=(tmp, str(model_cache), k, keys, rate, 3600.0, [addrs["validator0"], here], True),
                     daemon=True,
                 )
                 for k in range(attackers)
             ]
             for p in attack:
                 p.start()
+            for k in range(attackers):  # each flooding before the phase starts
+                _wait_file(root / f"attacker{k}.ready", 600, attack)
             log(f"phase 2: {attackers} flooders (attacker processes, by gossip) at {rate:.0f} msg/s each, {keys} keys each")
             time.sleep(6.0)
             flood_sent = _sent_phase(a, flooded, every)
+            (root / "stop_flood").write_text("")
             for p in attack:
                 p.join(30)
                 if p.is_alive():
@@ -392,6 +409,7 @@ def run_processes(model_cache: Path, spec: FloodSpec, log: Callable[[str], None]
                 signer, blob, t = line.split()
                 released.setdefault((signer, blob), float(t))
             vs = json.loads((root / "validator0.json").read_text())
+            flood_sent_n = [(root / f"attacker{k}.sent").read_text() for k in range(attackers) if (root / f"attacker{k}.sent").exists()]
             ts = json.loads((root / "trainer.json").read_text())
         finally:
             (root / "stop").write_text("")
@@ -424,6 +442,7 @@ def run_processes(model_cache: Path, spec: FloodSpec, log: Callable[[str], None]
         "trainer_dropped": ts["labelled"].get("dropped", {}),
         "gossip_in_per_s_under_flood": {},
         "gossip": {"validator": vs.get("gossip", {}), "trainer": ts.get("gossip", {})},
+        "attackers_sent": flood_sent_n,  # "<announcements> <seconds>" per attacker
         "validator_batches_checked": vs.get("counters", {}).get("batches_checked"),
     }
 
