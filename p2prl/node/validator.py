@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from p2prl.crypto import Identity
 from p2prl.lru import LRU
 from p2prl.node.common import generation_params, open_synced_role, task_of
-from p2prl.node.judgequeue import GOOD, Announcement, JudgeQueue, key_of
+from p2prl.node.judgequeue import GOOD, NEW, Announcement, JudgeQueue, key_of
 from p2prl.node.live import LiveWeights
 from p2prl.node.pump import Handlers
 from p2prl.node.role import RoleEnv
@@ -49,6 +49,7 @@ SCORES_EVERY_S = 5.0
 ROLLOUT_PROBE_S = 3.0  # a blob none of whose bytes arrive this fast is not served: soft reject, strike
 ROLLOUT_FETCH_S = 20.0  # a batch its miner cannot serve soon is not worth blocking the checks for
 RETRY_BACKOFF_S = (1.0, 3.0, 6.0)  # pauses before asking again for a miner in standing's batch
+RETRY_NEW_BELOW = 16  # a new key's batch is retried only while fewer announcements than this wait
 FETCHERS = 3  # blobs fetched in parallel, off the judging thread; fetcher 0 serves good standing only
 READY_MAX = 4  # fetched blobs waiting to be judged
 BEHIND_S = 30.0  # an announcement queued this long: judging is behind, and status says so
@@ -352,11 +353,15 @@ class Validator:
     def _fetch(self, item: Announcement) -> bytes | None:
         """The blob's bytes, or None. A miner in good standing is asked again after each failed try
         (``RETRY_BACKOFF_S``: every provider the network knows, each time), so a blob server that
-        pauses for seconds costs no batch; an unproven key gets one try, so a flood of blobs nobody
-        serves costs a probe each."""
+        pauses for seconds costs no batch; so is a new key while fewer than ``RETRY_NEW_BELOW``
+        announcements wait (an honest miner's first batch on a busy machine); under a flood an
+        unproven key gets one try, so blobs nobody serves cost a probe each, and a penalized key
+        always one."""
         with self.jq_cond:
-            good = self.jq.standing(item.envelope.signer_hex) == GOOD
-        pauses = RETRY_BACKOFF_S if good else ()
+            standing, queued = self.jq.standing(item.envelope.signer_hex), len(self.jq)
+        # a new key (an honest miner's first batch) is asked again too while nothing floods the queue
+        retry = standing == GOOD or (standing == NEW and queued < RETRY_NEW_BELOW)
+        pauses = RETRY_BACKOFF_S if retry else ()
         data = self._fetch_once(item)
         for pause in pauses:
             if data is not None or self.env.stop.wait(pause):

@@ -83,3 +83,17 @@ def test_paused_blob_server_costs_no_batch(arena: Arena) -> None:
     finally:
         timer.join()
     assert accepted(bv) == len(bv.groups), reasons(bv)
+
+
+def test_a_new_miners_first_batch_is_asked_for_again(arena: Arena) -> None:
+    """An honest miner's first batch, its blob served 5 s late (a busy machine at start-up), is
+    judged: with nothing flooding the queue a new key is retried too (before: ``unreachable``)."""
+    miner = Identity.generate()
+    data, ann = arena.mine(miner, serve=False)
+    timer = threading.Timer(5.0, arena.serve, (data, ann))
+    timer.start()
+    try:
+        bv = arena.validator.check(arena.announce(miner, ann))
+    finally:
+        timer.join()
+    assert accepted(bv) == len(bv.groups), reasons(bv)
