@@ -68,6 +68,7 @@ class Fetch(Enum):
     """``check(item)``'s default: fetch the blob there (None would mean: nobody could serve it)."""
 
     HERE = "here"
+    STALE = "stale"  # its version left the staleness window while queued: answered without a fetch
 
 
 def position_secret(identity: Identity) -> bytes:
@@ -170,7 +171,7 @@ class Validator:
         self.jq_cond = threading.Condition()
         self.in_flight: set[str] = set()  # signers with a batch being fetched or judged (one each)
         self.scores = ScoreBook(env.settings.score_window)
-        self.ready: queue.Queue[tuple[Announcement, bytes | None]] = queue.Queue(READY_MAX)
+        self.ready: queue.Queue[tuple[Announcement, bytes | Fetch | None]] = queue.Queue(READY_MAX)
         self._last_scores = 0.0
         self._behind = False
         self.current = start
@@ -282,13 +283,18 @@ class Validator:
                     self.in_flight.discard(key_of(item)[0])
                     self.jq_cond.notify_all()
                     continue
-            data = self._fetch(item)
+            data = Fetch.STALE if self._stale(item) else self._fetch(item)
             while not env.stop.is_set():
                 try:
                     self.ready.put((item, data), timeout=0.5)
                     break
                 except queue.Full:
                     continue
+
+    def _stale(self, item: Announcement) -> bool:
+        """Its version is out of the window: ``stale`` whatever its bytes, so no fetch is spent on it
+        (a backlog of old batches drains at once instead of a probe each)."""
+        return self.current.version - item.message.version > self.max_staleness
 
     def _next(self, classes: int = 3) -> Announcement | None:
         """The next announcement to judge (fair per signer; one whose version we hold or never will)."""
@@ -330,6 +336,11 @@ class Validator:
                 env.status.incr_label("dropped", NodeDrop.DUPLICATE_ANNOUNCEMENT)
                 return None
         t0 = time.monotonic()
+        if data is Fetch.STALE or (data is Fetch.HERE and self._stale(item)):
+            bv = reject_all(ann.groups, VerdictReason.STALE)
+            env.publish("verdicts", replace(to_verdict(bv, ann, miner), announcement=item.envelope.digest.hex()))
+            self._record(ann, miner, bv, time.monotonic() - t0, judged=False)
+            return bv
         if data is Fetch.HERE:
             data = self._fetch(item)
         if data is None:  # this validator's observation, not proof of the miner's fault

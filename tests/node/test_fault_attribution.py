@@ -97,3 +97,20 @@ def test_a_new_miners_first_batch_is_asked_for_again(arena: Arena) -> None:
     finally:
         timer.join()
     assert accepted(bv) == len(bv.groups), reasons(bv)
+
+
+def test_a_batch_gone_stale_in_the_queue_is_answered_without_a_fetch(
+    arena: Arena, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backlog of batches whose version left the window is answered ``stale`` at once (no probe,
+    no strike against the miner), so the queue drains; before, each cost a fetch and, its blob gone,
+    an ``unreachable`` strike."""
+    miner = Identity.generate()
+    v = arena.validator
+    _, ann = arena.mine(miner, serve=False)
+    monkeypatch.setattr(v, "max_staleness", -1)  # version 0 at version 0: out of the window
+    before = v.env.status.snapshot()["labelled"].get("rollout_unfetchable", {})
+    bv = v.check(arena.announce(miner, ann))
+    assert reasons(bv) == {VerdictReason.STALE}
+    assert v.env.status.snapshot()["labelled"].get("rollout_unfetchable", {}) == before
+    assert v.jq.standing(miner.public_hex) != 2  # not penalized
