@@ -69,6 +69,7 @@ class Fetch(Enum):
 
     HERE = "here"
     STALE = "stale"  # its version left the staleness window while queued: answered without a fetch
+    SHED = "shed"  # over its signer's quota: not judged, its announced indices passed over
 
 
 def position_secret(identity: Identity) -> bytes:
@@ -283,7 +284,9 @@ class Validator:
                     self.in_flight.discard(key_of(item)[0])
                     self.jq_cond.notify_all()
                     continue
-            data = Fetch.STALE if self._stale(item) else self._fetch(item)
+            with self.jq_cond:
+                shed = self.jq.take_shed(item)
+            data = Fetch.SHED if shed else Fetch.STALE if self._stale(item) else self._fetch(item)
             while not env.stop.is_set():
                 try:
                     self.ready.put((item, data), timeout=0.5)
@@ -336,6 +339,12 @@ class Validator:
                 env.status.incr_label("dropped", NodeDrop.DUPLICATE_ANNOUNCEMENT)
                 return None
         t0 = time.monotonic()
+        if data is Fetch.HERE:
+            with self.jq_cond:
+                data = Fetch.SHED if self.jq.take_shed(item) else data
+        if data is Fetch.SHED:  # shed under load: no verdict, and no gap in the miner's indices
+            self.checker.pass_over(ann, miner)
+            return None
         if data is Fetch.STALE or (data is Fetch.HERE and self._stale(item)):
             bv = reject_all(ann.groups, VerdictReason.STALE)
             env.publish("verdicts", replace(to_verdict(bv, ann, miner), announcement=item.envelope.digest.hex()))

@@ -114,3 +114,22 @@ def test_a_batch_gone_stale_in_the_queue_is_answered_without_a_fetch(
     assert reasons(bv) == {VerdictReason.STALE}
     assert v.env.status.snapshot()["labelled"].get("rollout_unfetchable", {}) == before
     assert v.jq.standing(miner.public_hex) != 2  # not penalized
+
+
+def test_batches_shed_over_the_quota_leave_no_gap(arena: Arena, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A miner announcing faster than the validator judges (its quota full) loses the batches shed,
+    not the rest of the version: a shed announcement stays in order as a marker and its indices are
+    passed over (before: dropped, and every later batch of the version ``index_gap``)."""
+    from p2prl.bench.arena import judge_all
+
+    miner = Identity.generate()
+    v = arena.validator
+    monkeypatch.setattr(v.jq, "per_signer", 2)
+    items = [arena.announce(miner, arena.mine(miner)[1]) for _ in range(3)]
+    for item in items:
+        v.on_announcement(item)
+    verdicts = judge_all(v)
+    assert [bv is not None and accepted(bv) == len(bv.groups) for bv in verdicts[:2]] == [True, True]
+    assert verdicts[2:] in ([], [None])  # shed: no verdict
+    _, after = judge(arena, miner)
+    assert accepted(after) == len(after.groups), reasons(after)
