@@ -70,13 +70,13 @@ def test_undecodable_batch_advances_the_index(arena: Arena) -> None:
 
 
 def test_paused_blob_server_costs_no_batch(arena: Arena) -> None:
-    """The miner's blob appears 5 s after its announcement (a server paused for longer than the
-    3 s probe): a miner in standing is asked again, and its batch is judged."""
+    """The miner's blob appears 10 s after its announcement (a blob server paused for 10 s, far
+    longer than the 3 s probe): a miner in standing is asked again, and its batch is judged."""
     miner = Identity.generate()
     _, first = judge(arena, miner)
     assert accepted(first) == len(first.groups)
     data, ann = arena.mine(miner, serve=False)
-    timer = threading.Timer(5.0, arena.serve, (data, ann))
+    timer = threading.Timer(10.0, arena.serve, (data, ann))
     timer.start()
     try:
         bv = arena.validator.check(arena.announce(miner, ann))
