@@ -40,7 +40,8 @@ class GossipDrop(StrEnum):
     NOT_OURS = "not_ours"  # a topic of another network
     WRONG_TOPIC = "wrong_topic"  # a type that does not belong on its topic
     INTERNAL = "internal"  # the check itself failed: dropped, never raised into libp2p
-    QUEUE_FULL = "queue_full"  # checked, forwarded, but the node's incoming queue was full
+    QUEUE_FULL = "queue_full"  # checked, but the node's incoming queue was full: not forwarded either
+    UNPROVEN_BUDGET = "unproven_budget"  # a signer without standing, over the budget for such (before any verify)
     PUBLISH_QUEUE_FULL = "publish_queue_full"
 
 

@@ -17,7 +17,7 @@ from p2prl.reasons import (
 WIRE = {
     InputReason: "malformed oversized bad_magic truncated trailing_bytes bad_type bad_body bad_network "
     "unexpected_type unknown_type unknown_signer bad_signature stale future replayed",
-    GossipDrop: "banned rate_limited not_ours wrong_topic internal queue_full publish_queue_full",
+    GossipDrop: "banned rate_limited not_ours wrong_topic internal queue_full unproven_budget publish_queue_full",
     BanReason: "invalid_gossip bad_chunk",
     VerdictReason: "ok blob_mismatch stale future_version unknown_version manifest_mismatch index_gap "
     "distribution not_checked unreachable batch_malformed batch_oversized batch_vocab header_mismatch group_count "

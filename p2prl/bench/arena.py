@@ -175,6 +175,8 @@ def make_arena(tmp: Path, model_cache: Path, validators: int = 2, hosts: int = 1
         t_rt, v_rts, h_rts = runtimes[0], runtimes[1 : 1 + validators], runtimes[1 + validators :]
         trainer = Trainer(t_rt.env(TrainerSettings))
         roles = [Validator(rt.env(ValidatorSettings)) for rt in v_rts]
+        for v in roles:
+            v.wait_calibrated()  # attacks are judged with the tolerances a settled validator has
         for v in v_rts:
             for h in h_rts:
                 v.net.connect(f"{h.net.addrs[0]}/p2p/{h.net.peer_id}")

@@ -9,6 +9,11 @@ the latest honest announcement they have seen. A batch counts as judged when
 the trainer has released it for training on the validator's verdict; latency is from announcement to
 that moment.
 
+``processes`` runs the trainer and the validator each in a process of its own (as ``p2prl demo``
+runs them), so each node's transport has an interpreter to itself: the batches are mined, then
+the in-process trainer and validator are stopped and the same nodes (keys, data, ports) started
+again as child processes; a batch counts as judged when the trainer's process releases it.
+
 ``many_keys`` is the many-key case (docs/SECURITY.md §25): a fresh key for every flood announcement,
 each naming a junk blob the validator holds, so every one can be fetched and judged (a hard failure
 each, an entry each in the judged memory, shrunk to ``JUDGED_SHRUNK`` so the flood overflows it
@@ -20,6 +25,7 @@ miners whose score fell to 0 (a replay judged again fails as a duplicate).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import multiprocessing as mp
 import os
@@ -37,6 +43,67 @@ from p2prl.net import topic
 from p2prl.net.config import Limits
 from p2prl.protocol.blobs import blob_ref_for
 from p2prl.protocol.messages import RolloutAnnouncement, encode_message
+
+
+def _role_process(root: str, model_cache: str, name: str, listen: str, dial: list[str]) -> None:
+    """One role (``trainer``: its pump and one fetch loop, no training; ``validator``: all of it) of
+    the arena's node ``name`` in its own process. Writes ``<name>.addr`` once up; the trainer appends
+    each batch it releases (``signer blob wall-time``) to ``released.log``; on ``stop`` it writes
+    ``<name>.json`` (its status, and the validator's scores) and exits."""
+    from p2prl.node.config import NodeConfig
+    from p2prl.node.settings import TrainerSettings, ValidatorSettings
+    from p2prl.node.startup import build_runtime
+
+    d = Path(root)
+    role = name.rstrip("0123456789")
+    rt = build_runtime(
+        NodeConfig(
+            role=role,  # type: ignore[arg-type]
+            network=d / "genesis.json",
+            data_dir=d / name,
+            listen=listen,
+            model_cache=Path(model_cache),
+            s3_enable=False,
+            status_port=-1,
+        )
+    )
+    try:
+        if role == "trainer":
+            from p2prl.node.trainer import Trainer
+
+            obj: Any = Trainer(rt.env(TrainerSettings))
+            rt.start(obj, only={"fetch0"})
+        else:
+            from p2prl.node.validator import Validator
+
+            obj = Validator(rt.env(ValidatorSettings))
+            if hasattr(obj, "wait_calibrated"):  # judged with the tolerances a settled validator has
+                obj.wait_calibrated()
+            rt.start(obj)
+        for addr in dial:
+            rt.net.connect(addr)
+        (d / f"{name}.addr").write_text(f"{rt.net.addrs[0]}/p2p/{rt.net.peer_id}")
+        seen: set[tuple[str, str]] = set()
+        with open(d / "released.log", "a") as out:
+            while not (d / "stop").exists():
+                if role == "trainer":
+                    with obj.intake.lock:
+                        done = [k for k, v in obj.intake.policy.done.items() if not v and k not in seen]
+                    for k in done:
+                        seen.add(k)
+                        out.write(f"{k[0]} {k[1]} {time.time()}\n")
+                    out.flush()
+                time.sleep(0.05)
+        snap: dict[str, Any] = dict(rt.status.snapshot())
+        stats = rt.net.stats()
+        snap["gossip"] = {k: v for k, v in stats.items() if k == "gossip_in" or k.startswith("dropped.")}
+        if role == "validator":
+            snap["miner_scores"] = obj.scores.scores(obj.current.version)
+        (d / f"{name}.json").write_text(json.dumps(snap, default=str))
+    finally:
+        rt.stop.set()
+        rt.join(10, warn=False)
+        rt.net.stop()
 
 
 def _start_roles(a: Arena) -> None:
@@ -65,10 +132,19 @@ def _junk(n: int, squat: RolloutAnnouncement | None) -> RolloutAnnouncement:
 
 
 def _attack(
-    root: str, model_cache: str, n: int, keys: int, rate: float, seconds: float, dial: list[str]
+    root: str,
+    model_cache: str,
+    n: int,
+    keys: int,
+    rate: float,
+    seconds: float,
+    dial: list[str],
+    signal: bool = False,
 ) -> None:
     """One attacker host, in its own process: junk announcements at ``rate`` per second from ``keys``
-    keys for ``seconds``; every second one squats the latest honest announcement it has seen."""
+    keys for ``seconds``; every second one squats the latest honest announcement it has seen.
+    ``signal``: write ``attacker<n>.ready`` once flooding, stop when ``stop_flood`` exists, and write
+    the count sent to ``attacker<n>.sent``."""
     from p2prl.node.config import NodeConfig
     from p2prl.node.startup import build_runtime
 
@@ -92,7 +168,10 @@ def _attack(
             rt.net.connect(addr)
         time.sleep(2.0)
         t0, sent = time.monotonic(), 0
-        while time.monotonic() - t0 < seconds:
+        stop = Path(root) / "stop_flood"
+        if signal:
+            (Path(root) / f"attacker{n}.ready").write_text("")
+        while time.monotonic() - t0 < seconds and not (signal and sent % 16 == 0 and stop.exists()):
             for item in rt.net.poll(timeout=0):
                 if item.envelope.type == RolloutAnnouncement.TYPE and item.envelope.signer not in mine:
                     latest = item.message
@@ -103,6 +182,8 @@ def _attack(
                 pass
             sent += 1
             time.sleep(max(0.0, t0 + sent / rate - time.monotonic()))
+        if signal:
+            (Path(root) / f"attacker{n}.sent").write_text(f"{sent} {time.monotonic() - t0:.1f}")
     finally:
         rt.net.stop()
 
@@ -221,10 +302,155 @@ class FloodSpec:
     keys: int = 500  # signing keys per attacker
     inject: bool = False  # deliver the flood straight to the roles' handlers instead of by gossip
     many_keys: bool = False  # the many-key case (judged junk from fresh keys, honest replays); injected
+    processes: bool = False  # the trainer and the validator each in a process of its own (by gossip only)
+
+
+def _sent_phase(
+    a: Arena, batches: list[tuple[Identity, RolloutAnnouncement]], every: float
+) -> dict[tuple[str, str], float]:
+    """Announce each of ``batches`` from the miner host, one each ``every`` s; their wall-clock times."""
+    rollouts = topic(NETWORK, "rollouts")
+    sent: dict[tuple[str, str], float] = {}
+    t0 = time.monotonic()
+    for i, (miner, ann) in enumerate(batches):
+        a.miner_host.net.publish(rollouts, encode_message(miner, NETWORK, ann))
+        sent[(miner.public_hex, ann.blob.id)] = time.time()
+        time.sleep(max(0.0, t0 + (i + 1) * every - time.monotonic()))
+    return sent
+
+
+def _summary(sent: dict[tuple[str, str], float], released: dict[tuple[str, str], float], seconds: float) -> dict[str, Any]:
+    ls = sorted(released[k] - t for k, t in sent.items() if k in released)
+    return {
+        "announced": len(sent),
+        "judged": len(ls),
+        "per_minute": len(ls) * 60.0 / seconds,
+        "latency_p50_s": statistics.median(ls) if ls else None,
+        "latency_p95_s": ls[int(0.95 * (len(ls) - 1))] if ls else None,
+    }
+
+
+def _wait_file(path: Path, timeout: float, procs: list[Any]) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return path.read_text()
+        if any(not p.is_alive() for p in procs):
+            raise RuntimeError(f"a role process exited before writing {path.name}")
+        time.sleep(0.2)
+    raise TimeoutError(f"{path.name} not written in {timeout:.0f} s")
+
+
+def run_processes(model_cache: Path, spec: FloodSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The gossip flood with the trainer and the validator each in a process of its own."""
+    seconds, every, miners, attackers, keys = spec.seconds, spec.every, spec.miners, spec.attackers, spec.keys
+    rate = 0.9 * Limits().peer_msgs_per_s
+    n = math.ceil(seconds / every)
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="p2prl-flood-") as tmp:
+        root = Path(tmp)
+        a = make_arena(root, model_cache, validators=1, hosts=1)
+        procs: list[Any] = []
+        try:
+            honest = [Identity.generate() for _ in range(miners)]
+            log(f"mining {2 * n + miners} honest batches ...")
+            warm = [(m, a.mine(m)[1]) for m in honest]
+            plain = [(honest[k % miners], a.mine(honest[k % miners])[1]) for k in range(n)]
+            flooded = [(honest[k % miners], a.mine(honest[k % miners])[1]) for k in range(n)]
+            host = a.miner_host
+            here = f"{host.net.addrs[0]}/p2p/{host.net.peer_id}"
+            listens = {"trainer": a.trainer_rt.config.listen, "validator0": "/ip4/127.0.0.1/tcp/0"}
+            for rt in a.runtimes[:2]:  # the same nodes, started again each in its own process
+                rt.stop.set()
+                rt.net.stop()
+            a.runtimes = a.runtimes[2:]  # the miner host stays here
+            log("starting the trainer and the validator, each in its own process ...")
+            for name in ("trainer", "validator0"):
+                procs.append(
+                    ctx.Process(target=_role_process, args=(tmp, str(model_cache), name, listens[name], [here]))
+                )
+                procs[-1].start()
+            addrs = {name: _wait_file(root / f"{name}.addr", 600, procs) for name in listens}
+            for addr in addrs.values():
+                host.net.connect(addr)
+            time.sleep(3.0)  # gossip meshes form on the heartbeat after connecting
+            log("warm-up: each honest miner's first batch")
+            sent = _sent_phase(a, warm, 0.5)
+            time.sleep(5.0)
+            log(f"phase 1: no flood, {seconds:.0f} s")
+            base_sent = _sent_phase(a, plain, every)
+            time.sleep(10.0)  # latecomers
+            attack = [
+                ctx.Process(
+                    target=_attack,
+                    args=(tmp, str(model_cache), k, keys, rate, 3600.0, [addrs["validator0"], here], True),
+                    daemon=True,
+                )
+                for k in range(attackers)
+            ]
+            for p in attack:
+                p.start()
+            for k in range(attackers):  # each flooding before the phase starts
+                _wait_file(root / f"attacker{k}.ready", 600, attack)
+            log(f"phase 2: {attackers} flooders (attacker processes, by gossip) at {rate:.0f} msg/s each, {keys} keys each")
+            time.sleep(6.0)
+            flood_sent = _sent_phase(a, flooded, every)
+            (root / "stop_flood").write_text("")
+            for p in attack:
+                p.join(30)
+                if p.is_alive():
+                    p.kill()
+            time.sleep(10.0)
+            (root / "stop").write_text("")
+            for name in listens:
+                _wait_file(root / f"{name}.json", 60, [])
+            released: dict[tuple[str, str], float] = {}
+            for line in (root / "released.log").read_text().splitlines():
+                signer, blob, t = line.split()
+                released.setdefault((signer, blob), float(t))
+            vs = json.loads((root / "validator0.json").read_text())
+            flood_sent_n = [(root / f"attacker{k}.sent").read_text() for k in range(attackers) if (root / f"attacker{k}.sent").exists()]
+            ts = json.loads((root / "trainer.json").read_text())
+        finally:
+            (root / "stop").write_text("")
+            for p in procs:
+                p.join(30)
+                if p.is_alive():
+                    p.kill()
+            a.close()
+    base, under = _summary(base_sent, released, seconds), _summary(flood_sent, released, seconds)
+    scores = vs.get("miner_scores", {})
+    return {
+        "seconds": seconds,
+        "every_s": every,
+        "miners": miners,
+        "attackers": attackers,
+        "keys_per_attacker": keys,
+        "inject": False,
+        "many_keys": False,
+        "processes": True,
+        "warm_judged": sum(1 for k in sent if k in released),
+        "honest_miners_zeroed": sum(1 for m in honest if scores.get(m.public_hex, 0) == 0),
+        "judged_forgotten": 0,
+        "injected": 0,
+        "flood_msgs_per_s": rate * attackers,
+        "no_flood": base,
+        "flood": under,
+        "ratio": under["per_minute"] / base["per_minute"] if base["per_minute"] else 0.0,
+        "validator_dropped": vs["labelled"].get("dropped", {}),
+        "validator_rejected": vs["labelled"].get("rejected", {}),
+        "trainer_dropped": ts["labelled"].get("dropped", {}),
+        "gossip_in_per_s_under_flood": {},
+        "gossip": {"validator": vs.get("gossip", {}), "trainer": ts.get("gossip", {})},
+        "attackers_sent": flood_sent_n,  # "<announcements> <seconds>" per attacker
+        "validator_batches_checked": vs.get("counters", {}).get("batches_checked"),
+    }
 
 
 def run(model_cache: Path, spec: FloodSpec, log: Callable[[str], None] = print) -> dict[str, Any]:
-    seconds, every, miners, attackers, keys, inject, many_keys = dataclasses.astuple(spec)
+    if spec.processes:
+        return run_processes(model_cache, spec, log)
+    seconds, every, miners, attackers, keys, inject, many_keys, _ = dataclasses.astuple(spec)
     inject = inject or many_keys
     rate = 0.9 * Limits().peer_msgs_per_s
     n = math.ceil(seconds / every)  # the batches one phase announces

@@ -271,6 +271,11 @@ def bench_flood(
         "--many-keys",
         help="The many-key case: a fresh key per judged junk batch, and replays of honest batches (injected).",
     ),
+    processes: bool = typer.Option(
+        False,
+        "--processes",
+        help="The trainer and the validator each in a process of its own, as the demo runs them (by gossip).",
+    ),
     cache_dir: Path = typer.Option(
         _CACHE,
         "--cache-dir",
@@ -284,7 +289,7 @@ def bench_flood(
         if not as_json:
             typer.echo(msg)
 
-    r = run(cache_dir, FloodSpec(seconds, every, miners, attackers, keys, inject, many_keys), log=log)
+    r = run(cache_dir, FloodSpec(seconds, every, miners, attackers, keys, inject, many_keys, processes), log=log)
     if as_json:
         typer.echo(json.dumps(r, sort_keys=True))
         return
@@ -308,6 +313,8 @@ def bench_flood(
         f"validator: {r['validator_batches_checked']} batches judged, dropped {r['validator_dropped']}"
     )
     typer.echo(f"trainer dropped: {r['trainer_dropped']}")
+    if r.get("gossip"):
+        typer.echo(f"gossip (processes): {r['gossip']}")
 
 
 def bench_trainer(

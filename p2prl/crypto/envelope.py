@@ -83,6 +83,17 @@ def seal(identity: Identity, network: str, type_: str, body: dict[str, Any]) -> 
     return MAGIC + bytes([len(t)]) + t + identity.public_key + struct.pack(">I", len(b)) + b + sig
 
 
+def claimed_signer(data: bytes) -> bytes | None:
+    """The signer key an envelope names, read from its header without verifying anything (None if
+    the header is malformed): for budgets charged before the signature check, which a forger
+    naming another key still has to pass."""
+    if len(data) < _HEADER or data[:4] != MAGIC:
+        return None
+    pos = _HEADER + data[4]
+    signer = bytes(data[pos : pos + PUBLIC_KEY_BYTES])
+    return signer if len(signer) == PUBLIC_KEY_BYTES else None
+
+
 def open_envelope(
     data: bytes,
     network: str,

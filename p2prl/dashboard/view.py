@@ -105,7 +105,7 @@ def nodes_table(nodes: list[tuple[str, Status | None, str]]) -> Table:
         c, g = s.get("counters", {}), s.get("gauges", {})
         lag = max(0, tv - int(s.get("version", 0)))
         lag_style = "green" if lag == 0 else ("yellow" if lag <= 2 else "red")
-        state = str(s.get("sync_state", ""))
+        state = _state(s)
         t.add_row(
             f"{s.get('key', '')[:10]} {url.rsplit(':', 1)[-1]}",
             _role(s),
@@ -122,6 +122,17 @@ def nodes_table(nodes: list[tuple[str, Status | None, str]]) -> Table:
             str(c.get("groups_rejected", 0)),
         )
     return t
+
+
+def _state(s: Status, width: int = 40) -> Text:
+    """The sync state, or what a validator's judging is doing instead when it is not keeping up: a
+    trainer waiting on it then shows why (calibrating, or behind with its oldest queued age)."""
+    judging = str(s.get("judging", ""))
+    if judging.startswith("behind"):
+        return Text(f"judging {judging}"[:width], style="red")
+    if s.get("calibrating"):
+        return Text("calibrating"[:width], style="yellow")
+    return Text(str(s.get("sync_state", ""))[:width])
 
 
 def _node_name(url: str, s: Status | None) -> str:
@@ -155,7 +166,7 @@ def compact_nodes_table(nodes: list[tuple[str, Status | None, str]]) -> Table:
             _role(s),
             str(s.get("version", 0)),
             Text(str(lag), style="green" if lag == 0 else ("yellow" if lag <= 2 else "red")),
-            str(s.get("sync_state", ""))[:11],
+            _state(s, 11),
             str(s.get("peers", 0)),
             _net_down(g),
             str(c.get("groups_accepted", c.get("groups_consumed", 0))),

@@ -15,6 +15,11 @@ class Limits:
     max_msg_bytes: int = MAX_ENVELOPE_BYTES  # gossip payload; libp2p itself kills streams above 1 MiB
     peer_msgs_per_s: float = 50.0  # gossip messages a single forwarder may send us (token bucket)
     peer_msg_burst: int = 200
+    unproven_msgs_per_s: float = 20.0  # gossip from all signers without standing together (charged before verify)
+    unproven_burst: int = 60
+    unproven_signer_per_s: float = 4.0  # of those, from one signer (an honest newcomer sends far less)
+    unproven_signer_burst: int = 16
+    standing_max: int = 8192  # signers remembered as in standing (a validator accepted their work)
     max_invalid_per_peer: int = 50  # invalid gossip messages before the forwarder is banned
     ban_s: float = 900.0  # how long a ban lasts
     incoming_queue: int = 4096  # verified messages waiting for poll()

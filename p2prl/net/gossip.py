@@ -1,26 +1,36 @@
 """The checks every gossip message passes before the node sees it (and before we forward it).
 
-Order: ban list, size (before any parsing), per-forwarder rate, envelope signature and schema
-(``decode_message``), topic/type match, signer allow-list, replay window and duplicate digest.
-A failing message is dropped, counted under its reason, and not forwarded; a forwarder that keeps
-sending invalid messages is banned. Runs inside libp2p's validator hook, so it must be fast and
+Order: ban list, size (before any parsing), per-forwarder rate, the budget of signers without
+standing (read from the envelope's header, before any signature is verified), envelope signature
+and schema (``decode_message``), topic/type match, signer allow-list, replay window and duplicate
+digest. A failing message is dropped, counted under its reason, and not forwarded; nor is one the
+node could not take in (its queue full): it forwards only what it accepted. A forwarder that keeps
+sending invalid messages is banned.
+
+*Standing*: the genesis's keys (trainer, validators), and a miner once a genesis validator's verdict
+accepted a batch of it (or the node's own validator role did: ``grant``). Messages from every other
+key share one budget (``unproven_msgs_per_s``) and one per key, charged before Ed25519: a flood from
+fresh keys costs a header read per message, and squeezes only other keys without standing. A forger
+naming a key in standing skips the budget but fails the signature check, a strike towards its
+forwarder's ban. Runs inside libp2p's validator hook, so it must be fast and
 must never raise.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from p2prl.crypto import Envelope, EnvelopeError, ReplayGuard
+from p2prl.crypto import Envelope, EnvelopeError, ReplayGuard, claimed_signer
 from p2prl.lru import LRU
 from p2prl.net.config import Limits
 from p2prl.net.counters import Counters
 from p2prl.net.topics import TOPIC_TYPES, kind_of
-from p2prl.protocol import MessageError, decode_message
+from p2prl.protocol import MessageError, Verdict, decode_message
 from p2prl.reasons import QUIET_DROPS, STRIKE_REASONS, BanReason, GossipDrop, InputReason
 
 log = logging.getLogger(__name__)
@@ -76,6 +86,12 @@ class GossipFilter:
         self.allowed_signers = allowed_signers or {}
         self.replay = ReplayGuard(max_age_s=limits.replay_window_s, capacity=limits.replay_capacity)
         self.buckets = TokenBuckets(limits.peer_msgs_per_s, limits.peer_msg_burst)
+        self.unproven = TokenBuckets(limits.unproven_msgs_per_s, limits.unproven_burst, max_keys=1)
+        self.unproven_signers = TokenBuckets(limits.unproven_signer_per_s, limits.unproven_signer_burst)
+        self.standing: LRU[bytes, None] = LRU(limits.standing_max)
+        self._standing_lock = threading.Lock()
+        self._genesis_keys = frozenset(k for keys in self.allowed_signers.values() for k in keys)
+        self._validators = self.allowed_signers.get(Verdict.TYPE)
         self.strikes: dict[str, int] = {}
         self.banned: set[str] = set()
         self._warned: dict[str, float] = {}  # reason -> when last logged as a warning (reasons: a fixed set)
@@ -107,6 +123,23 @@ class GossipFilter:
         held = self._held.pop(reason, 0)
         return logging.WARNING, f" ({held} more since the last warning)" if held else ""
 
+    def grant(self, signer: bytes) -> None:
+        """``signer`` has standing: its messages skip the budget of unproven keys (any thread)."""
+        with self._standing_lock:
+            self.standing.put(bytes(signer), None)
+
+    def in_standing(self, signer: bytes) -> bool:
+        if signer in self._genesis_keys:
+            return True
+        with self._standing_lock:
+            return signer in self.standing
+
+    def _within_unproven_budget(self, data: bytes, now: float) -> bool:
+        signer = claimed_signer(data)
+        if signer is None or self.in_standing(signer):
+            return True  # malformed: the envelope check drops it (and strikes its forwarder)
+        return self.unproven_signers.allow(signer.hex(), now) and self.unproven.allow("*", now)
+
     def note_own(self, data: bytes) -> None:
         """Remember an envelope we publish, so an echo of it is a duplicate."""
         try:
@@ -133,6 +166,8 @@ class GossipFilter:
         kind = kind_of(self.network_id, topic_name)
         if kind is None:
             return self.drop(GossipDrop.NOT_OURS, forwarder, topic_name)
+        if not self._within_unproven_budget(data, time.monotonic()):
+            return self.drop(GossipDrop.UNPROVEN_BUDGET, forwarder)
         try:
             env, msg = decode_message(data, self.network_id)
         except EnvelopeError as e:
@@ -149,8 +184,14 @@ class GossipFilter:
         except EnvelopeError as e:
             return self.drop(e.reason, forwarder)
         self.counters.add("gossip_in")
+        if isinstance(msg, Verdict) and self._validators and env.signer in self._validators and msg.accepted:
+            self._grant_hex(msg.miner)
         if not self.deliver(Incoming(topic_name, env, msg, forwarder, origin)):
-            self.counters.add(f"dropped.{GossipDrop.QUEUE_FULL}")
-            self.counters.add("dropped")
-            log.warning("incoming queue full: dropped %s from %s", env.type, forwarder[-8:])
+            return self.drop(GossipDrop.QUEUE_FULL, forwarder, env.type)  # not taken: not forwarded
         return True
+
+    def _grant_hex(self, miner: str) -> None:
+        try:
+            self.grant(bytes.fromhex(miner))
+        except ValueError:
+            pass

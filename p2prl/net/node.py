@@ -641,6 +641,10 @@ class P2PNode:
             self._cond.notify_all()
         return True
 
+    def grant_standing(self, signer: bytes) -> None:
+        """A validator role accepted work of ``signer``: its gossip skips the unproven keys' budget."""
+        self._filter.grant(signer)
+
     def poll(self, timeout: float = 0.0) -> list[Incoming]:
         """Everything verified since the last poll (waits up to ``timeout`` s for the first)."""
         deadline = time.monotonic() + timeout

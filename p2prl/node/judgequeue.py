@@ -35,6 +35,7 @@ NEGATIVE_TTL_S = 600.0
 NEGATIVE_MAX = 4096
 JUDGED_MAX = 65536
 STRIKES_TO_PENALIZE = 2
+SHED_PER_SIGNER = 24  # announcements over the quota kept as markers to pass over (beyond: dropped)
 STANDING_MAX = 8192
 
 GOOD, NEW, PENALIZED = 0, 1, 2
@@ -116,9 +117,33 @@ class JudgeQueue:
         self._negative: LRU[Key, float] = LRU(NEGATIVE_MAX)
         self._strikes: LRU[str, int] = LRU(STANDING_MAX)
         self._good: LRU[str, None] = LRU(STANDING_MAX)
+        # announcements over a signer's quota, queued in order as markers: the judge answers each by
+        # passing over its announced indices (no fetch), so shedding leaves no gap in the miner's
+        # prompt indices (docs/PROTOCOL.md §13)
+        self._shed: dict[str, int] = {}
+        self._shed_keys: set[Key] = set()
 
     def __len__(self) -> int:
         return self._n
+
+    def _shed_in(self, signer: str) -> int:
+        return self._shed.get(signer, 0)
+
+    def take_shed(self, item: Announcement) -> bool:
+        """True if ``item`` (just taken by ``next``) was shed over its signer's quota: pass it over."""
+        key = key_of(item)
+        if key not in self._shed_keys:
+            return False
+        self._shed_keys.discard(key)
+        n = self._shed.pop(key[0], 1) - 1
+        if n > 0:
+            self._shed[key[0]] = n
+        return True
+
+    def oldest_age(self, now: float | None = None) -> float:
+        """Seconds the longest-waiting queued announcement has waited (0 when none waits)."""
+        now = time.monotonic() if now is None else now
+        return max((now - q[0][0] for cls in self._queues for q in cls.values() if q), default=0.0)
 
     def standing(self, signer: str) -> int:
         if self._strikes.get(signer, 0) >= STRIKES_TO_PENALIZE:
@@ -138,7 +163,13 @@ class JudgeQueue:
         q = self._find(signer)
         if q is not None and any(key_of(i) == key for _, i in q):
             return NodeDrop.DUPLICATE_ANNOUNCEMENT
-        if q is not None and len(q) >= self.per_signer:
+        if q is not None and len(q) - self._shed_in(signer) >= self.per_signer:
+            if self._shed_in(signer) >= SHED_PER_SIGNER:
+                return NodeDrop.SIGNER_QUOTA
+            q.append((now, item))  # kept in order as a marker only: its indices are passed over
+            self._shed[signer] = self._shed_in(signer) + 1
+            self._shed_keys.add(key)
+            self._n += 1
             return NodeDrop.SIGNER_QUOTA
         if self._n >= self.total and not self._evict_below(self.standing(signer)):
             return NodeDrop.VALIDATOR_QUEUE_FULL
@@ -160,7 +191,8 @@ class JudgeQueue:
             queues = self._queues[c]
             if queues:
                 signer = max(queues, key=lambda s: len(queues[s]))
-                queues[signer].pop()
+                _, dropped = queues[signer].pop()
+                self.take_shed(dropped)
                 if not queues[signer]:
                     del queues[signer]
                 self._n -= 1

@@ -54,6 +54,9 @@ _DECLARED: list[Metric] = [
     Metric("rejected", L, "Rejected rollout groups by verdict reason."),
     Metric("check_failed", L, "Batches the validator could not check, by error."),
     Metric("rollout_unfetchable", L, "Announced batches the validator could not fetch, by reason."),
+    Metric("rollout_fetch_retries", L, "Announced batches the validator asked for again, by reason."),
+    Metric("judge_backlog", G, "Announcements queued at the validator, waiting to be judged."),
+    Metric("judge_lag_s", G, "Age of the oldest announcement queued at the validator (s)."),
     Metric("check_ms", G, "Time the validator took to check its last batch (ms)."),
     *_family(
         "proof_",

@@ -49,6 +49,8 @@ class Info(TypedDict, total=False):
     engine_weights_hash: str
     weights_sha256: str
     sha256_by_version: dict[str, str]
+    calibrating: bool  # validator: judging with the genesis's tolerances until its own are calibrated
+    judging: str  # validator: "keeping up", or how far behind its judging queue is
 
 
 class RewardPoint(TypedDict):

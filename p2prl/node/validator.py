@@ -11,6 +11,7 @@ started to arrive gets the full fetch time.
 
 from __future__ import annotations
 
+import copy
 import logging
 import queue
 import threading
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 from p2prl.crypto import Identity
 from p2prl.lru import LRU
 from p2prl.node.common import generation_params, open_synced_role, task_of
-from p2prl.node.judgequeue import Announcement, JudgeQueue, key_of
+from p2prl.node.judgequeue import GOOD, NEW, Announcement, JudgeQueue, key_of
 from p2prl.node.live import LiveWeights
 from p2prl.node.pump import Handlers
 from p2prl.node.role import RoleEnv
@@ -47,8 +48,11 @@ log = logging.getLogger(__name__)
 SCORES_EVERY_S = 5.0
 ROLLOUT_PROBE_S = 3.0  # a blob none of whose bytes arrive this fast is not served: soft reject, strike
 ROLLOUT_FETCH_S = 20.0  # a batch its miner cannot serve soon is not worth blocking the checks for
+RETRY_BACKOFF_S = (1.0, 3.0, 6.0)  # pauses before asking again for a miner in standing's batch
+RETRY_NEW_BELOW = 16  # a new key's batch is retried only while fewer announcements than this wait
 FETCHERS = 3  # blobs fetched in parallel, off the judging thread; fetcher 0 serves good standing only
 READY_MAX = 4  # fetched blobs waiting to be judged
+BEHIND_S = 30.0  # an announcement queued this long: judging is behind, and status says so
 POSITION_TAG = b"p2prl/validator/position-secret/v1"
 
 
@@ -64,6 +68,8 @@ class Fetch(Enum):
     """``check(item)``'s default: fetch the blob there (None would mean: nobody could serve it)."""
 
     HERE = "here"
+    STALE = "stale"  # its version left the staleness window while queued: answered without a fetch
+    SHED = "shed"  # over its signer's quota: not judged, its announced indices passed over
 
 
 def position_secret(identity: Identity) -> bytes:
@@ -154,9 +160,10 @@ class Validator:
         gen = generation_params(env)
         vcfg = ValidatorConfig.from_genesis(env.g, checked_per_group=env.settings.checked_per_group)
         task = task_of(env)  # built once: a data-backed task reads and hashes its file
+        self._tuned: ValidatorConfig | None = None  # calibrated tolerances, applied between two checks
+        self.calibration: threading.Thread | None = None
         if env.settings.calibrate_tolerances:
-            seed_hash = start.hash if start.verified else ""  # unverified: any seed calibrates
-            vcfg = calibrated(self.engine.model, tok, task, gen, seed_hash, vcfg)
+            self.calibration = self._start_calibration(tok, task, gen, start, vcfg)
         self.checker = RolloutValidator(
             self.cache.source, tok, task, vcfg, position_secret=position_secret(env.identity)
         )
@@ -165,8 +172,9 @@ class Validator:
         self.jq_cond = threading.Condition()
         self.in_flight: set[str] = set()  # signers with a batch being fetched or judged (one each)
         self.scores = ScoreBook(env.settings.score_window)
-        self.ready: queue.Queue[tuple[Announcement, bytes | None]] = queue.Queue(READY_MAX)
+        self.ready: queue.Queue[tuple[Announcement, bytes | Fetch | None]] = queue.Queue(READY_MAX)
         self._last_scores = 0.0
+        self._behind = False
         self.current = start
         env.status.set(
             version=start.version, weights_hash=start.status_hash
@@ -174,6 +182,54 @@ class Validator:
         self._report_sha(start)
         for k in PROOF_TOLERANCES:  # beside the largest errors seen (_record): how close honest miners come
             env.status.gauge(f"proof_{k}", getattr(vcfg, k))
+        self._apply_calibration()  # a model calibrated here, before judging
+
+    def _start_calibration(
+        self, tok: Tokenizer, task: Task, gen: GenerationParams, start: Weights, vcfg: ValidatorConfig
+    ) -> threading.Thread | None:
+        """Calibrate on a copy of the start model in a thread of its own: minutes on a real model,
+        during which announced batches are judged with the genesis's tolerances instead of expiring
+        unjudged (status ``calibrating``). A model that cannot be copied is calibrated here."""
+        seed_hash = start.hash if start.verified else ""  # unverified: any seed calibrates
+        try:
+            model = copy.deepcopy(self.engine.model)
+        except Exception as e:  # any model: the copy is an optimisation
+            log.warning("model not copyable (%s): calibrating before judging", e)
+            self._tuned = calibrated(self.engine.model, tok, task, gen, seed_hash, vcfg)
+            return None
+        self.env.status.set(calibrating=True)
+        log.info("calibrating tolerances in the background; judging with the genesis's tolerances until done")
+
+        def run() -> None:
+            try:
+                self._tuned = calibrated(model, tok, task, gen, seed_hash, vcfg)
+            except Exception:
+                log.exception("calibration failed: judging with the genesis's tolerances")
+                self.env.status.set(calibrating=False)
+                self.env.status.incr_label("check_failed", "calibration")
+
+        t = threading.Thread(target=run, name="p2prl-calibrate", daemon=True)
+        t.start()
+        return t
+
+    def _apply_calibration(self) -> None:
+        """Judge with the calibrated tolerances from the next check on (the judging thread only)."""
+        tuned = self._tuned
+        if tuned is None or self.checker.config is tuned:
+            return
+        self.checker.config = tuned
+        for k in PROOF_TOLERANCES:
+            self.env.status.gauge(f"proof_{k}", getattr(tuned, k))
+        self.env.status.set(calibrating=False)
+
+    def wait_calibrated(self, timeout: float | None = None) -> bool:
+        """Block until the tolerances are calibrated (or calibration is off); True if done."""
+        if self.calibration is not None:
+            self.calibration.join(timeout)
+            if self.calibration.is_alive():
+                return False
+        self._apply_calibration()
+        return True
 
     def _report_sha(self, w: Weights) -> None:
         """The full-model SHA-256 for run summaries, only when asked (one hash of the model)."""
@@ -203,6 +259,7 @@ class Validator:
                 with self.jq_cond:
                     self.jq.judged.prune(w.version)
             self._maybe_publish_scores()
+            self._report_backlog()
             try:
                 item, data = self.ready.get(timeout=0.5)
             except queue.Empty:
@@ -227,13 +284,20 @@ class Validator:
                     self.in_flight.discard(key_of(item)[0])
                     self.jq_cond.notify_all()
                     continue
-            data = self._fetch(item)
+            with self.jq_cond:
+                shed = self.jq.take_shed(item)
+            data = Fetch.SHED if shed else Fetch.STALE if self._stale(item) else self._fetch(item)
             while not env.stop.is_set():
                 try:
                     self.ready.put((item, data), timeout=0.5)
                     break
                 except queue.Full:
                     continue
+
+    def _stale(self, item: Announcement) -> bool:
+        """Its version is out of the window: ``stale`` whatever its bytes, so no fetch is spent on it
+        (a backlog of old batches drains at once instead of a probe each)."""
+        return self.current.version - item.message.version > self.max_staleness
 
     def _next(self, classes: int = 3) -> Announcement | None:
         """The next announcement to judge (fair per signer; one whose version we hold or never will)."""
@@ -269,16 +333,29 @@ class Validator:
         env = self.env
         ann = item.message
         miner = item.envelope.signer
+        self._apply_calibration()
         with self.jq_cond:
             if key_of(item) in self.jq.judged:
                 env.status.incr_label("dropped", NodeDrop.DUPLICATE_ANNOUNCEMENT)
                 return None
         t0 = time.monotonic()
         if data is Fetch.HERE:
-            data = self._fetch(item)
-        if data is None:
             with self.jq_cond:
-                self.jq.unfetchable(item)
+                data = Fetch.SHED if self.jq.take_shed(item) else data
+        if data is Fetch.SHED:  # shed under load: no verdict, and no gap in the miner's indices
+            self.checker.pass_over(ann, miner)
+            return None
+        if data is Fetch.STALE or (data is Fetch.HERE and self._stale(item)):
+            bv = reject_all(ann.groups, VerdictReason.STALE)
+            env.publish("verdicts", replace(to_verdict(bv, ann, miner), announcement=item.envelope.digest.hex()))
+            self._record(ann, miner, bv, time.monotonic() - t0, judged=False)
+            return bv
+        if data is Fetch.HERE:
+            data = self._fetch(item)
+        if data is None:  # this validator's observation, not proof of the miner's fault
+            with self.jq_cond:
+                self.jq.unfetchable(item)  # a strike: repeated, it lowers the miner's standing
+            self.checker.pass_over(ann, miner)  # its next batch is judged on its own
             bv = reject_all(ann.groups, VerdictReason.UNREACHABLE)
         else:
             with self.jq_cond:
@@ -286,12 +363,34 @@ class Validator:
             bv = self.checker.check(ann, miner, data, self.current.version)
             with self.jq_cond:
                 self.jq.judged_ok(item, bool(bv.valid_groups), bool(bv.hard_failure))
+            if bv.valid_groups and not bv.hard_failure:
+                env.net.grant_standing(miner)  # its gossip is no longer an unproven key's
         verdict = replace(to_verdict(bv, ann, miner), announcement=item.envelope.digest.hex())
         env.publish("verdicts", verdict)
         self._record(ann, miner, bv, time.monotonic() - t0, judged=data is not None)
         return bv
 
     def _fetch(self, item: Announcement) -> bytes | None:
+        """The blob's bytes, or None. A miner in good standing is asked again after each failed try
+        (``RETRY_BACKOFF_S``: every provider the network knows, each time), so a blob server that
+        pauses for seconds costs no batch; so is a new key while fewer than ``RETRY_NEW_BELOW``
+        announcements wait (an honest miner's first batch on a busy machine); under a flood an
+        unproven key gets one try, so blobs nobody serves cost a probe each, and a penalized key
+        always one."""
+        with self.jq_cond:
+            standing, queued = self.jq.standing(item.envelope.signer_hex), len(self.jq)
+        # a new key (an honest miner's first batch) is asked again too while nothing floods the queue
+        retry = standing == GOOD or (standing == NEW and queued < RETRY_NEW_BELOW)
+        pauses = RETRY_BACKOFF_S if retry else ()
+        data = self._fetch_once(item)
+        for pause in pauses:
+            if data is not None or self.env.stop.wait(pause):
+                break
+            self.env.status.incr_label("rollout_fetch_retries", "standing")
+            data = self._fetch_once(item)
+        return data
+
+    def _fetch_once(self, item: Announcement) -> bytes | None:
         """The blob's bytes, or None: a short probe first, the full fetch only if bytes arrived."""
         env, ann = self.env, item.message
         origin = item.origin
@@ -338,6 +437,26 @@ class Validator:
             len(bv.groups),
             bv.reasons(),
         )
+
+    def _report_backlog(self) -> None:
+        """Say in status (``judging``, ``judge_backlog``, ``judge_lag_s``) and once in the log when
+        judging falls behind what miners announce, so nobody waits on this validator silently."""
+        with self.jq_cond:
+            n, lag = len(self.jq), self.jq.oldest_age()
+        st = self.env.status
+        st.gauge("judge_backlog", n)
+        st.gauge("judge_lag_s", lag)
+        behind = lag > BEHIND_S
+        judging = f"behind: {n} queued, oldest {lag:.0f} s" if behind else "keeping up"
+        if self._calibrating():
+            judging += " (calibrating: genesis tolerances)"
+        st.set(judging=judging)
+        if behind != self._behind:
+            self._behind = behind
+            (log.warning if behind else log.info)("judging %s", judging)
+
+    def _calibrating(self) -> bool:
+        return self.calibration is not None and self.calibration.is_alive()
 
     def _maybe_publish_scores(self) -> None:
         now = time.monotonic()

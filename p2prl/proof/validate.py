@@ -245,40 +245,60 @@ class RolloutValidator:
         """Judge a batch whose signed announcement ``decode_message`` already verified."""
         ann, cfg = announcement, self.config
         n = ann.groups
+
+        def unread(reason: str, hard: bool = False) -> BatchVerdict:  # indices unknown: bridge them
+            self.pass_over(ann, miner_key)
+            return reject_all(n, reason, hard=hard)
+
         if cfg.fixed_group_count and n != cfg.generation.groups_per_batch:  # signed: before any work
-            return reject_all(n, R.GROUP_COUNT, hard=True)
+            return unread(R.GROUP_COUNT, hard=True)
         if len(batch_bytes) != ann.blob.size or hashlib.sha256(batch_bytes).hexdigest() != ann.blob.id:
-            return reject_all(n, R.BLOB_MISMATCH)
+            return unread(R.BLOB_MISMATCH)
         if ann.version > current_version:
-            return reject_all(n, R.FUTURE_VERSION)
+            return unread(R.FUTURE_VERSION)
         if current_version - ann.version > cfg.max_staleness:
             return reject_all(n, R.STALE)
         held = self.versions(ann.version)
         if held is None:
-            return reject_all(n, R.UNKNOWN_VERSION)
+            return unread(R.UNKNOWN_VERSION)
         manifest_hash, model = held
         if manifest_hash != ann.manifest_hash:
-            return reject_all(n, R.MANIFEST_MISMATCH)
+            return unread(R.MANIFEST_MISMATCH)
         if self.started_at is None:  # the first batch it can judge: a validator still catching up
             self.started_at = current_version  # must not expect versions begun before from index 0
         try:
             batch = decode_batch(batch_bytes, self._limits())
         except BatchError as e:
-            return reject_all(n, e.reason, hard=True)
+            return unread(e.reason, hard=True)
         if (
             batch.version != ann.version
             or batch.manifest_hash != ann.manifest_hash
             or batch.miner != miner_key
         ):
-            return reject_all(n, R.HEADER_MISMATCH, hard=True)
+            return unread(R.HEADER_MISMATCH, hard=True)
         if len(batch.groups) != n:
-            return reject_all(n, R.GROUP_COUNT, hard=True)
+            return unread(R.GROUP_COUNT, hard=True)
         if commitment_root(batch) != ann.commitment_root:
-            return reject_all(n, R.COMMITMENT_MISMATCH, hard=True)
+            return unread(R.COMMITMENT_MISMATCH, hard=True)
         order = self._index_order(batch)
         if order != R.OK:
             return reject_all(n, order, hard=order in HARD_FAILURES)
         return self._check_groups(batch, model, ann.blob.id)
+
+    def pass_over(self, announcement: RolloutAnnouncement, miner_key: bytes) -> None:
+        """Advance the miner's expected prompt index past an announced batch this validator could not
+        read (not fetched, not decodable, or of a version it did not hold): the ``groups`` its signed
+        announcement names count as used, so the miner's next batch is judged on its own and a fault
+        of the network or of this validator costs that one batch (docs/PROTOCOL.md, "Index
+        continuity"). A version this validator did not see begin is left alone: the next batch it
+        reads sets the start."""
+        key = (announcement.version, miner_key)
+        expected = self.next_index.get(key)
+        if expected is None:
+            if self.started_at is None or announcement.version <= self.started_at:
+                return
+            expected = 0
+        self.next_index.put(key, expected + announcement.groups)
 
     def _index_order(self, batch: RolloutBatch) -> str:
         """Prompt indices must be consecutive within the batch and continue the miner's last judged

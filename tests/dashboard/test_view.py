@@ -126,3 +126,14 @@ def test_render_fits_80x24() -> None:
     assert any("fingerprint" in ln and "600" in ln for ln in lines)
     # the wide layout keeps every column
     assert "produced" in text_of(render(snaps)) and "produced" not in "\n".join(lines)
+
+
+def test_a_validator_behind_or_calibrating_says_so() -> None:
+    """Issue 32: a trainer waiting on a validator that fell behind (or is still calibrating) shows
+    why on the dashboard, not a plain "synced"."""
+    behind = node("validator", "dd", 7)
+    behind.set(judging="behind: 40 queued, oldest 95 s")
+    calibrating = node("validator", "ee", 7)
+    calibrating.set(calibrating=True, judging="keeping up (calibrating: genesis tolerances)")
+    out = text_of(render([("http://127.0.0.1:3", behind.snapshot(), ""), ("http://127.0.0.1:5", calibrating.snapshot(), "")]))
+    assert "judging behind" in out and "calibrating" in out

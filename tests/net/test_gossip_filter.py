@@ -105,3 +105,49 @@ def test_a_burst_of_drops_is_one_warning_a_minute_and_every_drop_counted(caplog)
     f.drop("stale", "peerY")
     assert caplog.records[-1].levelno == logging.WARNING
     assert "(49 more since the last warning)" in caplog.records[-1].getMessage()
+
+
+def test_unproven_flood_is_dropped_before_signature_checks(monkeypatch) -> None:
+    """Issue 32: a flood from fresh keys (none in standing) costs a header read per message beyond a
+    small global budget, not an Ed25519 verification; a key in standing (granted after a validator
+    accepted its work) gets through the same flood."""
+    import p2prl.crypto.envelope as envmod
+
+    verified = [0]
+    real = envmod.verify_signature
+
+    def counting(*a):
+        verified[0] += 1
+        return real(*a)
+
+    monkeypatch.setattr(envmod, "verify_signature", counting)
+    limits = dataclasses.replace(Limits(), peer_msgs_per_s=1e6, peer_msg_burst=10**6)
+    f, c, got, bans = make(limits)
+    flood = [hb(Identity.generate()) for _ in range(500)]
+    honest = Identity.generate()
+    f.grant(honest.public_key)
+    for i, data in enumerate(flood):
+        f.check(HB, data, f"fwd{i % 5}", "orig")
+    assert f.check(HB, hb(honest), "fwd0", "orig")
+    assert verified[0] <= limits.unproven_burst + 10, f"{verified[0]} signatures verified for the flood"
+    assert c.get("dropped.unproven_budget") >= 500 - limits.unproven_burst - 10
+    assert got[-1].envelope.signer == honest.public_key and not bans
+
+
+def test_verdict_from_a_genesis_validator_grants_standing() -> None:
+    from p2prl.net.topics import topic
+    from p2prl.protocol import GroupVerdict, Verdict
+
+    validator, miner = Identity.generate(), Identity.generate()
+    f, _, _, _ = make(allowed={Verdict.TYPE: {validator.public_key}})
+    v = Verdict("ab" * 32, miner.public_hex, 1, (GroupVerdict(0, True, "ok"),), "cd" * 32)
+    assert not f.in_standing(miner.public_key)
+    assert f.check(topic(NET, "verdicts"), encode_message(validator, NET, v), "fwd", "orig")
+    assert f.in_standing(miner.public_key)
+
+
+def test_a_message_the_node_cannot_take_is_not_forwarded() -> None:
+    c = Counters()
+    f = GossipFilter(NET, Limits(), c, lambda i: False, lambda p, r: None)
+    assert not f.check(HB, hb(Identity.generate()), "fwd", "orig")
+    assert c.get("dropped.queue_full") == 1

@@ -128,3 +128,32 @@ def test_a_trickled_request_line_is_cut_off() -> None:
             assert cut is not None and cut < 2.0, f"still connected after {time.monotonic() - t0:.1f} s"
     finally:
         server.stop()
+
+
+def health_port_check(port: int) -> bool:
+    time.sleep(0.25)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=4)
+    try:
+        conn.request("GET", "/healthz")
+        r = conn.getresponse()
+        return r.status == 200 and r.read() == b"ok\n"
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_silent_crowd_on_the_health_checks_own_address(tmp_path) -> None:
+    """Issue 32: 24 silent clients from 127.0.0.1 itself (every local client shares it) held the
+    local slots and the health check got 0 answers in 20; its own listener (port in health.port),
+    crowded the same way as well, answers every one."""
+    server = StatusServer(NodeStatus("miner", "ab" * 32, "net")).start(tmp_path)
+    try:
+        assert server.health is not None
+        port = int((tmp_path / "health.port").read_text())
+        with SilentCrowd(server.port, ["127.0.0.1"], 24), SilentCrowd(port, ["127.0.0.1"], 24):
+            ok = [health_port_check(port) for _ in range(20)]
+        assert all(ok), f"{sum(ok)}/20 health checks answered"
+    finally:
+        server.stop()
