@@ -42,7 +42,7 @@ from p2prl.protocol import (
 )
 from p2prl.reasons import HARD_FAILURES
 from p2prl.reasons import VerdictReason as R
-from p2prl.rl import derive_seed, sample_key, uniforms
+from p2prl.rl import binom_log_sf, derive_seed, sample_key, uniforms
 
 
 @dataclass(frozen=True)
@@ -642,24 +642,6 @@ class RolloutValidator:
 def _failed_hard(reasons: list[str]) -> bool:
     return any(r in HARD_FAILURES for r in reasons)
 
-
-def binom_log_sf(k: int, n: int, p: float) -> float:
-    """log P(X ≥ k) for X ~ Binomial(n, p), summed in log space (exact for the small k that matter)."""
-    if k <= 0:
-        return 0.0
-    if k > n:
-        return -math.inf
-    if p <= 0:
-        return -math.inf
-    if p >= 1:
-        return 0.0
-    lp, lq = math.log(p), math.log1p(-p)
-    terms = [
-        math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
-        for i in range(k, min(n, k + 200) + 1)
-    ]
-    m = max(terms)
-    return m + math.log(sum(math.exp(t - m) for t in terms))
 
 
 def reject_all(n: int, reason: str, hard: bool = False) -> BatchVerdict:

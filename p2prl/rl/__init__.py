@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from p2prl.rl.sampling import interval_distance, pick_tokens, sample_key, token_intervals, uniforms
     from p2prl.rl.tokenizer import CharTokenizer, Tokenizer, load_tokenizer
     from p2prl.rl.types import Rollout, RolloutGroup
+    from p2prl.rl.verify import binom_log_sf
 
 __all__ = [
     "ARCH",
@@ -95,6 +96,7 @@ __all__ = [
     "Sample",
     "Task",
     "Tokenizer",
+    "binom_log_sf",
     "build_default_model",
     "build_random_model_dir",
     "check_files",
