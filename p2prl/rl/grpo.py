@@ -38,6 +38,9 @@ class Row(NamedTuple):
     margin: float = 0.0
 
 
+# logits one micro-batch computes at once (256 MiB in fp32 per copy of them)
+LOGIT_ELEMS = 1 << 26
+
 @dataclass(frozen=True)
 class Rejection:
     """A rollout the trainer did not train on: its tokens did not follow their public uniforms."""
@@ -213,8 +216,9 @@ class GRPOTrainer:
         self.model.train()
         self.opt.zero_grad(set_to_none=True)
         tot = {"loss": 0.0, "clipped": 0.0, "ratio": 0.0, "kl": 0.0, "untrusted": 0.0, "unverified": 0.0}
-        for s in range(0, len(rows), cfg.micro_batch):
-            mb = rows[s : s + cfg.micro_batch]
+        per_mb = self._rows_per_micro_batch(rows)
+        for s in range(0, len(rows), per_mb):
+            mb = rows[s : s + per_mb]
             lp, mask, logits = self._token_logprobs(self.model, [(r.prompt, r.completion) for r in mb])
             old = torch.zeros_like(lp)
             adv = torch.zeros_like(lp)
@@ -257,6 +261,16 @@ class GRPOTrainer:
             "grad_norm": float(grad_norm),
             "tokens": float(n_tok),
         }
+
+    def _rows_per_micro_batch(self, rows: list[Row]) -> int:
+        """``micro_batch``, or fewer rows where their logits would pass ``LOGIT_ELEMS``: a micro-batch
+        holds its ``[rows, width, vocab]`` logits several times over (a 49k vocabulary at 512 rows took
+        more than 24 GiB). The loss is a sum over rows, so the split changes no gradient's meaning."""
+        vocab = int(getattr(getattr(self.model, "config", None), "vocab_size", 0) or 0)
+        width = max(len(r.prompt) + len(r.completion) for r in rows)
+        if vocab <= 0:
+            return self.config.micro_batch
+        return max(1, min(self.config.micro_batch, LOGIT_ELEMS // (width * vocab)))
 
     def _verify(
         self, mb: list[Row], logits: Tensor, mask: Tensor, trusted: Tensor, groups: list[RolloutGroup]

@@ -102,3 +102,24 @@ def test_one_forged_rollout_cannot_steer_the_step(default_model_dir) -> None:
     cos = torch.nn.functional.cosine_similarity(norms["honest_delta"], norms["forged_delta"], dim=0)
     assert float(cos) > 0.5
     assert st["logprob_gap_frac"] > 0  # the lie's tokens lie beyond the trainer's trust bound
+
+
+def test_a_large_vocabulary_splits_the_micro_batch_into_the_same_update(default_model_dir, monkeypatch) -> None:
+    """Logits bound the micro-batch (a 49k vocabulary at 512 rows did not fit 24 GiB); the update
+    is the same sum over rows either way."""
+    import p2prl.rl.grpo as grpo
+
+    groups, tok = _groups(default_model_dir)
+    states = []
+    for budget in (grpo.LOGIT_ELEMS, 1):  # 1: every micro-batch one row
+        monkeypatch.setattr(grpo, "LOGIT_ELEMS", budget)
+        torch.manual_seed(0)
+        master, _ = load_model(default_model_dir, torch.float32)
+        tr = GRPOTrainer(master, GRPOConfig(lr=1e-3), pad_id=tok.pad_id)
+        rows = [grpo.Row([1, 2], [3], [0.0], 1.0, 0, 0, None, 0.0)]
+        want = tr.config.micro_batch if budget > 1 else 1
+        assert tr._rows_per_micro_batch(rows * 4) == want
+        tr.step(groups)
+        states.append({k: v.detach().clone() for k, v in master.state_dict().items()})
+    for k, v in states[0].items():
+        assert torch.allclose(v, states[1][k], atol=1e-6), k
