@@ -283,14 +283,7 @@ def _phase(
             if k not in lat and _released(t, k):
                 lat[k] = time.monotonic() - s
         time.sleep(0.05)
-    ls = sorted(lat.values())
-    return {
-        "announced": len(sent),
-        "judged": len(ls),
-        "per_minute": len(ls) * 60.0 / seconds,
-        "latency_p50_s": statistics.median(ls) if ls else None,
-        "latency_p95_s": ls[int(0.95 * (len(ls) - 1))] if ls else None,
-    }
+    return _latencies(len(sent), list(lat.values()), seconds)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -320,9 +313,14 @@ def _sent_phase(
 
 
 def _summary(sent: dict[tuple[str, str], float], released: dict[tuple[str, str], float], seconds: float) -> dict[str, Any]:
-    ls = sorted(released[k] - t for k, t in sent.items() if k in released)
+    return _latencies(len(sent), [released[k] - t for k, t in sent.items() if k in released], seconds)
+
+
+def _latencies(announced: int, latencies: list[float], seconds: float) -> dict[str, Any]:
+    """A phase's figures: batches announced and judged, the judged rate, latency p50/p95."""
+    ls = sorted(latencies)
     return {
-        "announced": len(sent),
+        "announced": announced,
         "judged": len(ls),
         "per_minute": len(ls) * 60.0 / seconds,
         "latency_p50_s": statistics.median(ls) if ls else None,
