@@ -11,7 +11,7 @@ from p2prl.proof.miner import PreparedBatch, mine_batch
 from p2prl.proof.validate import RolloutValidator, ValidatorConfig
 from p2prl.protocol import GenerationSpec
 from p2prl.rl.engine import GenerationParams, HFEngine
-from p2prl.rl.tasks import get_task
+from p2prl.rl.tasks import derive_seed, get_task
 from p2prl.rl.tokenizer import CharTokenizer
 
 MH = "ab" * 32  # the version's manifest hash (public randomness)
@@ -80,3 +80,12 @@ def make_world() -> World:
         contiguous_indices=False,
     )
     return World(small_model(0), small_model(1), CharTokenizer(), get_task("addition", digits=1), cfg)
+
+
+def retarget(world: World, index: int, key: bytes) -> int:
+    """An index under ``key`` whose derived problem equals MINER's problem ``index``."""
+    want = world.task.problem(derive_seed(MH, MINER, index))
+    for j in range(100_000):
+        if world.task.problem(derive_seed(MH, key, j)) == want:
+            return j
+    raise AssertionError("no index found")

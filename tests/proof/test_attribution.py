@@ -8,21 +8,13 @@ import dataclasses
 import math
 
 import torch
-from proofkit import GROUP, MH, MINER, OTHER_MINER, VERSION, World
+from proofkit import GROUP, MH, MINER, OTHER_MINER, VERSION, World, retarget
 
 from p2prl.proof.batch import build_batch
 from p2prl.proof.miner import announce
 from p2prl.reasons import VerdictReason as R
 from p2prl.rl.engine import Sample, teacher_forced
 from p2prl.rl.tasks import derive_seed
-
-
-def _retarget(world: World, index: int, key: bytes) -> int:
-    want = world.task.problem(derive_seed(MH, MINER, index))
-    for j in range(100_000):
-        if world.task.problem(derive_seed(MH, key, j)) == want:
-            return j
-    raise AssertionError("no index found")
 
 
 def _reprove(world: World, key: bytes, groups: list) -> object:
@@ -57,7 +49,7 @@ def test_copy_front_running_charges_the_copier_not_the_victim(world: World) -> N
     src = g0.rollouts[min(range(GROUP), key=lps.__getitem__)]
     assert min(lps) < math.log(w.config.copy_max_prob), lps
     v = w.validator()
-    attacker_index = _retarget(world, g0.index, OTHER_MINER)
+    attacker_index = retarget(world, g0.index, OTHER_MINER)
     honest = w.mine(key=OTHER_MINER, indices=(attacker_index,), seed=4).batch.groups[0]
     for j in range(GROUP):  # the copy where the validator will not look (3 placements in 4)
         comps = [r.completion_ids.tolist() for r in honest.rollouts]

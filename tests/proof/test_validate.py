@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from proofkit import GROUP, MH, MINER, OTHER_MINER, VERSION, World
+from proofkit import GROUP, MH, MINER, OTHER_MINER, VERSION, World, retarget
 
 from p2prl.proof import validate as V
 from p2prl.proof.batch import build_batch
@@ -123,14 +123,6 @@ def test_batch_resigned_under_another_key_rejected(world: World) -> None:
     assert R.PROMPT_MISMATCH in _reasons(v.check(q.announcement, OTHER_MINER, q.blob, VERSION))
 
 
-def _retarget(world: World, index: int, key: bytes) -> int:
-    """An index under ``key`` whose derived problem equals MINER's problem ``index``."""
-    want = world.task.problem(derive_seed(MH, MINER, index))
-    for j in range(100_000):
-        if world.task.problem(derive_seed(MH, key, j)) == want:
-            return j
-    raise AssertionError("no index found")
-
 
 def _copy_accepted_batch(
     world: World, indices: tuple[int, ...]
@@ -143,7 +135,7 @@ def _copy_accepted_batch(
     b = copy.deepcopy(p.batch)
     b.miner = OTHER_MINER
     for g in b.groups:
-        g.index = _retarget(world, g.index, OTHER_MINER)
+        g.index = retarget(world, g.index, OTHER_MINER)
     q = announce(b)
     return p, v, v.check(q.announcement, OTHER_MINER, q.blob, VERSION)
 
