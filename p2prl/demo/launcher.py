@@ -506,25 +506,48 @@ def _closing(plan: dict[str, Any], names: list[str], nodes: int) -> dict[str, An
         return None
 
 
+def settled(statuses: dict[str, dict[str, Any] | None], miners: list[str]) -> tuple[Any, ...] | None:
+    """What must stop moving before the summary is read (None while the network is still catching up).
+
+    The trainer paused, the validator and every miner on its version, the validator's queue empty: the
+    returned tuple then holds every miner's production and verdict tallies, and the network has
+    settled once two polls in a row return the same tuple. Reading it earlier scored a miner by
+    batches the validator had not judged yet: an honest miner whose last batches were still queued
+    when its version moved on ended a loaded run at score 0.
+    """
+    t = statuses.get("trainer") or {}
+    v = statuses.get("validator") or {}
+    tv = int(t.get("version", -1))
+    if not t.get("paused") or int(v.get("version", -2)) != tv:
+        return None
+    gauges = v.get("gauges", {})
+    if int(gauges.get("judge_backlog", 0)) or int(gauges.get("judge_in_hand", 0)):
+        return None
+    tallies: list[Any] = [tv]
+    for m in miners:
+        s = statuses.get(m) or {}
+        if s.get("version") != tv:
+            return None
+        c = s.get("counters", {})
+        tallies.append((c.get("batches_announced", 0), c.get("groups_accepted", 0), c.get("groups_rejected", 0)))
+    return tuple(tallies)
+
+
 def _finish(
     sup: Supervisor, plan: dict[str, Any], names: list[str], opts: DemoOptions, stop: threading.Event
 ) -> dict[str, Any]:
-    """Quiesce the trainer, let the miners catch up to its last version, then read the summary."""
+    """Quiesce the trainer, let the miners catch up to its last version and the validator judge what
+    they announced there (``settled``), then read the summary."""
     sup.signal("trainer", signal.SIGUSR1)
     miners = [n for n in names if n.startswith("miner")]
     deadline = time.monotonic() + opts.catch_up_s
     statuses = _statuses(plan, names)
-    last_v = -1
+    last: tuple[Any, ...] | None = None
     while time.monotonic() < deadline and not stop.is_set():
         statuses = _statuses(plan, names)
-        t = statuses.get("trainer") or {}
-        tv = int(t.get("version", -1))
-        if (
-            t.get("paused")
-            and tv == last_v
-            and all((statuses.get(m) or {}).get("version") == tv for m in miners)
-        ):
+        now = settled(statuses, miners)
+        if now is not None and now == last:
             break
-        last_v = tv
+        last = now
         stop.wait(1.0)
     return summarize(plan, statuses, names)

@@ -189,14 +189,15 @@ def _run(
     sup.signal("trainer", signal.SIGUSR1)  # quiesce: stop publishing, keep serving
     deadline = time.monotonic() + opts.catch_up_s
     st = statuses()
+    last = None
     while time.monotonic() < deadline:
         st = statuses()
         _track(churn, st, victim, time.monotonic() - killed - churn_down_s)
-        tv = _version(st.get("trainer"))
-        synced = all(_version(st.get(m)) == tv for m in names[2:])
+        now_settled = d.settled(st, [m for m in names if m.startswith("miner")])
         meshed = all(int((x or {}).get("peers", 0)) >= len(names) - 1 for x in st.values())
-        if (st.get("trainer") or {}).get("paused") and synced and meshed:  # a restarted miner re-finds all
+        if now_settled is not None and now_settled == last and meshed:  # a restarted miner re-finds all
             break
+        last = now_settled
         time.sleep(1.0)
     if churn:
         out["churn"] = {"miner": victim, **churn}

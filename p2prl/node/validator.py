@@ -442,9 +442,10 @@ class Validator:
         """Say in status (``judging``, ``judge_backlog``, ``judge_lag_s``) and once in the log when
         judging falls behind what miners announce, so nobody waits on this validator silently."""
         with self.jq_cond:
-            n, lag = len(self.jq), self.jq.oldest_age()
+            n, lag, held = len(self.jq), self.jq.oldest_age(), len(self.in_flight)
         st = self.env.status
         st.gauge("judge_backlog", n)
+        st.gauge("judge_in_hand", held)
         st.gauge("judge_lag_s", lag)
         behind = lag > BEHIND_S
         judging = f"behind: {n} queued, oldest {lag:.0f} s" if behind else "keeping up"

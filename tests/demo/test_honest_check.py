@@ -5,7 +5,7 @@ batch of that version follows an unjudged one (``index_gap``): in three runs of
 tests/demo/test_demo_honest.py at load 16, 96 groups each time. Those are counted, not failed on;
 a ``sampling`` or ``fingerprint`` rejection of an honest miner still fails the check."""
 
-from p2prl.demo.launcher import TIMING_REJECTIONS, honest_check
+from p2prl.demo.launcher import TIMING_REJECTIONS, honest_check, settled
 from p2prl.reasons import HARD_FAILURES
 
 MINERS = [{"name": "miner1", "score": 40}, {"name": "miner2", "score": 3}]
@@ -34,3 +34,25 @@ def test_with_a_dishonest_miner_only_the_honest_ones_verdicts_are_judged() -> No
     miners[0]["rejections"] = {"logprob": 16}
     c = honest_check(miners, {"fingerprint": 16, "logprob": 16})
     assert not c["ok"] and "miner1 logprob" in c["detail"]
+
+
+def _network(**over: object) -> dict[str, dict[str, object]]:
+    st: dict[str, dict[str, object]] = {
+        "trainer": {"version": 7, "paused": True},
+        "validator": {"version": 7, "gauges": {"judge_backlog": 0, "judge_in_hand": 0}},
+        "miner1": {"version": 7, "counters": {"batches_announced": 9, "groups_accepted": 120}},
+    }
+    for k, v in over.items():
+        st[k] = {**st[k], **v}  # type: ignore[dict-item]
+    return st
+
+
+def test_the_summary_waits_for_the_validator_to_judge_the_last_version() -> None:
+    miners = ["miner1"]
+    assert settled(_network(), miners) == (7, (9, 120, 0))
+    assert settled(_network(trainer={"paused": False}), miners) is None
+    assert settled(_network(validator={"version": 6}), miners) is None
+    assert settled(_network(miner1={"version": 6}), miners) is None
+    # a batch queued or being judged: its miner's score may still change
+    assert settled(_network(validator={"gauges": {"judge_backlog": 1}}), miners) is None
+    assert settled(_network(validator={"gauges": {"judge_in_hand": 1}}), miners) is None
