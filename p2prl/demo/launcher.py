@@ -31,6 +31,7 @@ from p2prl.dashboard import (
     run_dashboard,
     run_report,
 )
+from p2prl.demo.sizing import step_size
 from p2prl.demo.supervisor import Supervisor, s3_missing
 from p2prl.net import free_port, peer_id_for
 from p2prl.node import NetworkSpec, describe_model, genesis_from_spec, write_genesis
@@ -60,7 +61,7 @@ class DemoOptions:
     # network settings: small, so a 2-core CPU learns within minutes
     max_new_tokens: int = 0  # 0: the model's (4 for the built-in model; p2prl.rl.gendefaults)
     group_size: int = 8
-    groups_per_batch: int = 16
+    groups_per_batch: int = 0  # 0: the model's step size (p2prl.rl.gendefaults.step_size), as below
     anchor_interval: int = 10
     max_staleness: int = 3  # the demo's own; a network made without one: DEFAULT_MAX_STALENESS (4)
     chunk_size: int = 256 * 1024
@@ -78,13 +79,13 @@ class DemoOptions:
     device: str = "cpu"
     validator_device: str | None = None  # default: ``device`` (a CUDA network judged on the CPU, say)
     engine: str = "auto"  # the miners' rollout engine: auto, hf or vllm (node --engine)
-    # the trainer's step equals train-local's (32 prompts x 8 samples, lr 3e-4), taken train_epochs
-    # times on each batch; each miner announces batches_per_version batches of 16 prompts per
-    # version, so the miners make what the trainer consumes and no more (staleness stays 0-1)
+    # the trainer's step (train_batch_groups prompts x group_size samples, taken train_epochs times)
+    # and each miner's batches_per_version batches of groups_per_batch prompts per version: the
+    # miners make what the trainer consumes and no more (staleness stays 0-1); 0: the model's
     lr: float = 0.0  # 0: 3e-4 for the built-in model, p2prl.rl.gendefaults.MODEL_LR with --model
-    train_batch_groups: int = 32
-    train_epochs: int = 3
-    batches_per_version: int = 2
+    train_batch_groups: int = 0
+    train_epochs: int = 0
+    batches_per_version: int = 0
     min_publish_s: float = 1.0  # every version costs each node a patch fetch, apply and hash
     checkpoint_every: int = 10
     progress_s: float = 5.0  # headless: one progress line this often
@@ -96,6 +97,16 @@ def _default_cache() -> Path:
     return default_cache_dir()
 
 
+def sized(opts: DemoOptions) -> DemoOptions:
+    """``opts`` with every unset (0) step-size field taken from the model's step size: the toy's
+    for the built-in model, a pretrained model's with ``--model`` (its step on a 2-core CPU takes
+    half a minute, the toy's would take many)."""
+    step = step_size(opts.model)
+    return dataclasses.replace(
+        opts, **{f: getattr(opts, f) or getattr(step, f) for f in dataclasses.asdict(step)}
+    )
+
+
 def _nodes(opts: DemoOptions) -> list[str]:
     return ["trainer", "validator", *[f"miner{i + 1}" for i in range(opts.miners)]]
 
@@ -104,6 +115,7 @@ def prepare(opts: DemoOptions, root: Path, s3_endpoint: str) -> dict[str, Any]:
     """Keys, base model and genesis under ``root`` (reused when they exist, so a demo can resume).
 
     An empty ``s3_endpoint`` makes a network without an S3 location (peer to peer only)."""
+    opts = sized(opts)
     ids = {n: load_or_create_identity(root / n / "node.key") for n in _nodes(opts)}
     plan_file = root / "demo.json"
     if plan_file.exists():
@@ -155,6 +167,7 @@ def prepare(opts: DemoOptions, root: Path, s3_endpoint: str) -> dict[str, Any]:
 
 
 def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s3_endpoint: str) -> list[str]:
+    opts = sized(opts)
     role = "miner" if name.startswith("miner") else name
     listen = f"/ip4/127.0.0.1/tcp/{plan['trainer_port'] if role == 'trainer' else 0}"
     args = [
@@ -393,6 +406,7 @@ def summarize(
 
 def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
     """Run the demo; returns the summary when it ran with a duration (None after an interactive run)."""
+    opts = sized(opts)
     tmp = None
     root = opts.workdir
     if root is None:
