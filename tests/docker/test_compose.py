@@ -211,9 +211,10 @@ def test_node_settings_are_accepted(compose: dict[str, Any]) -> None:
         # the genesis the node reads is the one init writes, on a volume mounted read-only here
         assert str(cfg.network) == "/genesis/genesis.json"
         assert f"genesis:{PurePosixPath(cfg.network).parent}:ro" in svc["volumes"]
-        # the healthcheck probes the port the node serves on
+        # the healthcheck probes the node's health listener, from the port file in its data directory
         probe = " ".join(svc["healthcheck"]["test"])
-        assert f"127.0.0.1:{cfg.status_port}/healthz" in probe
+        assert "'P2PRL_DATA_DIR'" in probe and "'health.port'" in probe and "/healthz" in probe
+        assert str(cfg.data_dir) == "/data"
         assert any(p.endswith(f":{cfg.status_port}") and p.startswith("127.0.0.1:") for p in svc["ports"])
 
 

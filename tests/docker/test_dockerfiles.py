@@ -204,7 +204,7 @@ def test_build_runtime_builds_the_package(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
-def test_healthcheck_probes_a_real_status_server(dockerfile: Path) -> None:
+def test_healthcheck_probes_a_real_status_server(dockerfile: Path, tmp_path: Path) -> None:
     """Run the HEALTHCHECK's command against the node's status server: healthy while it serves, not after."""
     from p2prl.node.http import StatusServer
     from p2prl.node.status import NodeStatus
@@ -221,12 +221,27 @@ def test_healthcheck_probes_a_real_status_server(dockerfile: Path) -> None:
     assert env_defaults["P2PRL_STATUS_HOST"] == "127.0.0.1"
     server = StatusServer(
         NodeStatus("miner", "00" * 32, "net"), host=env_defaults["P2PRL_STATUS_HOST"], port=0
+    ).start(tmp_path)
+    # the probe goes to the node's own health listener (the port it wrote in its data directory),
+    # which no crowd of status clients can hold: with the status endpoint's port wrong, still healthy
+    assert server.health is not None
+    env = {**os.environ, **env_defaults, "P2PRL_DATA_DIR": str(tmp_path), "P2PRL_STATUS_PORT": "1"}
+    try:
+        ok = subprocess.run(cmd, env=env, capture_output=True, timeout=30)
+        assert ok.returncode == 0, ok.stderr
+        answered = server.health.answered
+    finally:
+        server.stop()
+    assert answered == 1
+    down = subprocess.run(cmd, env=env, capture_output=True, timeout=30)
+    assert down.returncode != 0
+    # a node that wrote no health port yet: the status endpoint's /healthz
+    server = StatusServer(
+        NodeStatus("miner", "00" * 32, "net"), host=env_defaults["P2PRL_STATUS_HOST"], port=0
     ).start()
-    env = {**os.environ, **env_defaults, "P2PRL_STATUS_PORT": str(server.port)}
+    env = {**env, "P2PRL_DATA_DIR": str(tmp_path / "none"), "P2PRL_STATUS_PORT": str(server.port)}
     try:
         ok = subprocess.run(cmd, env=env, capture_output=True, timeout=30)
         assert ok.returncode == 0, ok.stderr
     finally:
         server.stop()
-    down = subprocess.run(cmd, env=env, capture_output=True, timeout=30)
-    assert down.returncode != 0
