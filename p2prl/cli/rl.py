@@ -23,7 +23,7 @@ def train_local(
     steps: int = typer.Option(0, "--steps", help="Stop after this many steps (0: no limit)."),
     json_out: bool = typer.Option(False, "--json", help="Headless: print one JSON summary object."),
     lr: float = typer.Option(
-        None, "--lr", help="Learning rate (default: 3e-4; 1e-5 with --model, p2prl.rl.gendefaults)."
+        None, "--lr", help="Learning rate (default: 3e-4; 4e-5 with --model, p2prl.rl.gendefaults)."
     ),
     seed: int = typer.Option(0, "--seed", help="Run seed (prompts and sampling)."),
     prompts: int = typer.Option(32, "--prompts", help="Prompts (groups) per step."),
