@@ -324,7 +324,16 @@ def why_no_training(trainer: dict[str, Any], validator: dict[str, Any]) -> str:
         accepted = int(validator.get("counters", {}).get("groups_accepted", 0))
         if not accepted:
             return "the trainer took no step: the validator accepted no group yet (see rejections)"
-        return f"the trainer took no step: {accepted} groups accepted, fewer than one training batch"
+        if trainer.get("stepping"):
+            return (
+                f"the trainer's first step was still running at the end ({accepted} groups accepted): "
+                "a step on this model and machine takes longer than the run left it; run longer"
+            )
+        held, batch = int(trainer.get("buffer_groups", 0)), int(trainer.get("train_batch_groups", 0))
+        return (
+            f"the trainer took no step: {accepted} groups accepted, {held} in its buffer, "
+            f"fewer than one training batch ({batch} groups)"
+        )
     return ""
 
 

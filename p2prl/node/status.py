@@ -42,6 +42,8 @@ class Info(TypedDict, total=False):
     sync_state: str
     peers: int
     buffer_groups: int
+    train_batch_groups: int  # trainer: the groups one step takes
+    stepping: bool  # trainer: a GRPO step is running now
     paused: bool
     task: str
     task_source: str  # module:class of the task plugin

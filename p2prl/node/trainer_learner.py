@@ -72,6 +72,7 @@ class Learner:
         self.published_at = published_at
         self.bar = bar  # (miner key hex, why): a key whose rollout the step's token check rejected
         self.batch_groups = env.settings.train_batch_groups or env.g.generation.groups_per_batch
+        env.status.set(train_batch_groups=self.batch_groups, stepping=False)
         self.steps = 0
         self._unpublished = False  # trained steps not yet handed to the publisher
 
@@ -103,7 +104,11 @@ class Learner:
         version = self.version()
         for g in groups:  # how far the policy has moved since: the token check's margin grows with it
             g.extra["staleness"] = max(0, version - g.version)
-        stats = self.grpo.step(groups)
+        env.status.set(stepping=True)  # a run that ends mid-step says so (a pretrained model's step is slow)
+        try:
+            stats = self.grpo.step(groups)
+        finally:
+            env.status.set(stepping=False)
         self._report_rejected()
         self.steps += 1
         env.status.incr("train_steps")

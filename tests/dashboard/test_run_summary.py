@@ -131,7 +131,14 @@ def test_the_report_says_why_nothing_trained_and_the_held_out_figures() -> None:
     assert why_no_training({"counters": {}}, {}) == (
         "the trainer took no step: the validator accepted no group yet (see rejections)"
     )
-    assert "12 groups accepted" in why_no_training({"counters": {}}, {"counters": {"groups_accepted": 12}})
+    accepted = {"counters": {"groups_accepted": 12}}
+    short = why_no_training({"counters": {}, "buffer_groups": 5, "train_batch_groups": 8}, accepted)
+    assert short == (
+        "the trainer took no step: 12 groups accepted, 5 in its buffer, fewer than one training batch (8 groups)"
+    )
+    # a step in progress is not "too few groups"
+    running = why_no_training({"counters": {}, "buffer_groups": 12, "train_batch_groups": 8, "stepping": True}, accepted)
+    assert running.startswith("the trainer's first step was still running at the end (12 groups accepted)")
     trained = {"counters": {"train_steps": 6, "train_steps_skipped": 2, "versions_published": 5}}
     assert why_no_training(trained, {}) == "" and skipped_notice([trained]) == ""
     lines = learning_lines(
