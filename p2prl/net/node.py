@@ -19,6 +19,7 @@ import contextlib
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -826,16 +827,35 @@ _GUARDED: dict[type, type] = {}
 
 
 def _guarded(pubsub_cls: type) -> type:
-    """``Pubsub`` whose per-peer read loop ends that peer's stream on a malformed RPC.
+    """``Pubsub`` whose per-peer read loop ends that peer's stream on a malformed RPC, and whose
+    writes of one RPC to a stream never interleave with another's.
 
     py-libp2p 0.8.1 parses each inbound RPC with protobuf and catches only stream errors around it:
     a ``DecodeError`` (four garbage bytes from any peer) ended the pubsub service and with it the
     node's host (test: tests/net/test_pubsub_garbage.py). Here any exception out of one peer's read
-    loop resets that stream, forgets the peer's pubsub state and strikes it; the service runs on."""
+    loop resets that stream, forgets the peer's pubsub state and strikes it; the service runs on.
+
+    Its writers to a peer's stream are two (the peer's send queue, and gossipsub's publish and
+    forward paths), and yamux writes an RPC larger than one frame (64 KiB) or than the peer's window
+    frame by frame, letting any other writer in between: the peer then reads two RPCs' bytes mixed,
+    fails to parse them and strikes the sender. A SmolLM2 network's anchor manifest (its chunk list)
+    is such an RPC: a miner banned its honest trainer for 50 of them and stopped serving it its
+    rollouts (the trainer stood still). ``write_msg`` here holds a per-stream lock for the whole
+    RPC (test: tests/net/test_pubsub_writes.py)."""
     if pubsub_cls not in _GUARDED:
 
         class GuardedPubsub(pubsub_cls):  # type: ignore[misc, valid-type]
             on_bad_rpc: Any = None
+            _write_locks: weakref.WeakKeyDictionary[Any, trio.Lock] | None = None
+
+            async def write_msg(self, stream: Any, rpc_msg: Any) -> bool:
+                if self._write_locks is None:
+                    self._write_locks = weakref.WeakKeyDictionary()
+                lock = self._write_locks.get(stream)
+                if lock is None:
+                    lock = self._write_locks[stream] = trio.Lock()
+                async with lock:
+                    return bool(await super().write_msg(stream, rpc_msg))
 
             async def continuously_read_stream(self, stream: Any) -> None:
                 try:
