@@ -125,10 +125,12 @@ class CheckStats:
     sampling_dist_max: float = 0.0  # the farthest a uniform lay outside its token's interval
     rollouts_picked: int = 0  # the secret sample plus every repeat
     rollouts_recomputed: int = 0  # fewer than picked when a hard failure stopped the checks
+    rollouts_float32: int = 0  # of them, computed again in float32 because they looked off in bf16
 
     def add_rollout(self, res: dict[str, float]) -> None:
         """Fold in one recomputed rollout's statistics (``recompute.iter_rollout_stats``)."""
         self.rollouts_recomputed += 1
+        self.rollouts_float32 += int(res.get("float32_rechecked", 0))
         self.fingerprint_err_max = max(self.fingerprint_err_max, res["fp_rollout"])
         self.logprob_err_max = max(self.logprob_err_max, res["lp_max"])
         self.distribution_logp_min = min(self.distribution_logp_min, res["dist_logp"])
@@ -459,6 +461,7 @@ class RolloutValidator:
         pos_errs: list[np.ndarray] = []
         dists: list[np.ndarray] = []
         for (gi, ri), res in zip(todo, self._model_checks(batch, model, todo, blob_id), strict=False):
+            res = self._better_opinion(res, repeats.get((gi, ri)))
             stats.add_rollout(res)
             sq, cnt = fp.get(gi, (0.0, 0.0))
             fp[gi] = (sq + res["fp_sq"], cnt + res["fp_n"])
@@ -635,8 +638,53 @@ class RolloutValidator:
             jobs.append(Job(g.prompt_ids, r.completion_ids, r.logprobs, r.sketches, pos, u))
         gen = cfg.generation
         return iter_rollout_stats(
-            model, jobs, batch.manifest_hash, batch.sketch_dim, gen.temperature, gen.top_p, cfg.forward_tokens
+            model,
+            jobs,
+            batch.manifest_hash,
+            batch.sketch_dim,
+            gen.temperature,
+            gen.top_p,
+            cfg.forward_tokens,
+            recheck=self._looks_off if _low_precision(model) else None,
         )
+
+    def _better_opinion(self, res: dict[str, Any], copied_from_other: bool | None) -> dict[str, Any]:
+        """A rollout computed again in float32 (``_looks_off``) is judged by the reference it matches
+        better: the float32 one only if its reason is milder (ok, then soft, then hard), else the
+        model precision's (rounding alone moves an honest token of the built-in model, exact in bf16,
+        past its tight float32 margin). ``float32_rechecked`` counts the second opinions."""
+        alt = res.pop("float32", None)
+        if alt is None:
+            return res
+        mine, other = self._rollout_reason(res, copied_from_other), self._rollout_reason(alt, copied_from_other)
+        chosen = alt if _severity(other) < _severity(mine) else res
+        return {**chosen, "float32_rechecked": 1.0}
+
+    def _looks_off(self, res: dict[str, Any]) -> bool:
+        """A rollout any per-rollout check would fail, or with a token beyond the sampling margin:
+        judged again on the float32 reference before anything is concluded from it."""
+        cfg = self.config
+        d = res.get("samp_dist")
+        return bool(
+            res["fp_rollout"] > cfg.fingerprint_tol_rollout
+            or res["lp_mean"] > cfg.logprob_tol_mean
+            or res["lp_max"] > cfg.logprob_tol_max
+            or res["dist_logp"] < math.log(cfg.distribution_alpha)
+            or (d is not None and len(d) and float(np.max(d)) > cfg.sampling_margin)
+        )
+
+
+def _severity(reason: str) -> int:
+    return 0 if reason == R.OK else 2 if reason in HARD_FAILURES else 1
+
+
+def _low_precision(model: Any) -> bool:
+    """Whether the model computes in less than float32 (bf16/fp16 weights): its full forward then
+    carries rounding of its own that a float32 one does not."""
+    import torch
+
+    p = next(model.parameters(), None) if hasattr(model, "parameters") else None
+    return p is not None and p.is_floating_point() and p.dtype != torch.float32
 
 
 def _failed_hard(reasons: list[str]) -> bool:
