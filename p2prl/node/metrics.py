@@ -51,6 +51,7 @@ _DECLARED: list[Metric] = [
     Metric("rollouts_accepted", C, "Rollouts in accepted groups."),
     Metric("rollouts_rejected", C, "Rollouts in rejected groups."),
     Metric("batches_checked", C, "Rollout batches the validator judged."),
+    Metric("rollouts_float32", C, "Recomputed rollouts that looked off in bf16, judged again in float32."),
     Metric("rejected", L, "Rejected rollout groups by verdict reason."),
     Metric("check_failed", L, "Batches the validator could not check, by error."),
     Metric("rollout_unfetchable", L, "Announced batches the validator could not fetch, by reason."),

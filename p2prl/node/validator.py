@@ -415,6 +415,7 @@ class Validator:
         st.incr("groups_rejected", len(bv.groups) - acc)
         st.incr("rollouts_accepted", sum(len(g.rollouts) for g in bv.valid_groups))
         st.incr("rollouts_rejected", (len(bv.groups) - acc) * self.env.g.generation.group_size)
+        st.incr("rollouts_float32", bv.stats.rollouts_float32)  # judged again on the float32 reference
         for g in bv.groups:
             if not g.accepted:
                 st.incr_label("rejected", g.reason)
