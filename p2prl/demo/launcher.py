@@ -456,7 +456,13 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
         print("nodes: " + ", ".join(f"{n} {u}" for n, u in zip(names, urls, strict=True)), flush=True)
         wait_up(sup, lambda: _statuses(plan, names), opts.startup_timeout_s, stop)
         if opts.duration is None and opts.dashboard:
-            run_dashboard(urls, stop=stop)  # returns on Ctrl-C
+            # Ctrl-C sets the flag the dashboard's loop reads, never an exception raised inside its
+            # drawing: one raised while rich held its lock left the demo hung with every node running
+            prev_int = signal.signal(signal.SIGINT, lambda *_: stop.set())
+            try:
+                run_dashboard(urls, stop=stop)  # returns once stop is set
+            finally:
+                signal.signal(signal.SIGINT, prev_int)
             closing = _closing(plan, names, len(sup.children))
         else:
             start = time.monotonic()
