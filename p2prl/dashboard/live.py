@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -36,13 +37,22 @@ def run_dashboard(
     stop: threading.Event | None = None,
     console: Console | None = None,
 ) -> None:
-    """Redraw every ``interval`` seconds until ``stop`` is set or Ctrl-C."""
+    """Redraw every ``interval`` seconds until ``stop`` is set or Ctrl-C.
+
+    On the main thread Ctrl-C only sets ``stop`` (read between redraws): a KeyboardInterrupt raised
+    inside rich's drawing can leave its lock held, and leaving ``Live`` then waits for its refresh
+    thread for good."""
     stop = stop or threading.Event()
     get_urls = urls if callable(urls) else (lambda: urls)
     console = console or Console()
+    main = threading.current_thread() is threading.main_thread()
+    prev = signal.signal(signal.SIGINT, lambda *_: stop.set()) if main else None
     try:
         with Live(render(poll(get_urls())), console=console, refresh_per_second=4, screen=False) as live:
             while not stop.wait(interval):
                 live.update(render(poll(get_urls())))
     except KeyboardInterrupt:
         pass
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, prev)
