@@ -8,6 +8,8 @@ module; the score wipe runs last, as on an unprotected validator it would zero e
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import itertools
 import os
 import threading
 import time
@@ -26,6 +28,20 @@ def arena(tmp_path_factory: pytest.TempPathFactory, model_cache) -> Iterator[Are
     a = make_arena(tmp_path_factory.mktemp("arena"), model_cache)
     yield a
     a.close()
+
+
+_seeds: Iterator[bytes] = iter(())
+
+
+@pytest.fixture(autouse=True)
+def _fixed_keys(request: pytest.FixtureRequest) -> None:
+    """Each test's keys from its own name: the rollouts, and so the verdicts, are the same every run."""
+    global _seeds
+    _seeds = (hashlib.sha256(f"{request.node.name}/{i}".encode()).digest() for i in itertools.count())
+
+
+def _key() -> Identity:
+    return Identity(next(_seeds))
 
 
 def accepted(bv) -> int:
@@ -47,7 +63,7 @@ def score(v, miner: Identity) -> int:
 def test_blob_id_squatting(arena: Arena) -> None:
     """Item 1: a key re-announces an honest miner's blob id first. The honest batch is still judged
     by every validator, and the trainer still takes it on their verdicts."""
-    honest, squatter = Identity.generate(), Identity.generate()
+    honest, squatter = _key(), _key()
     _, ann = arena.mine(honest)
     theirs = arena.announce(squatter, dataclasses.replace(ann, created_ms=ann.created_ms + 1))
     mine = arena.announce(honest, ann)
@@ -72,7 +88,7 @@ def test_forced_rejudgement(arena: Arena) -> None:
     flood is 33 batches, not thousands."""
     import p2prl.node.validator as vmod
 
-    honest, flooder = Identity.generate(), Identity.generate()
+    honest, flooder = _key(), _key()
     v = arena.validator
     _, ann = arena.mine(honest)
     v.check(arena.announce(honest, ann))
@@ -101,7 +117,7 @@ def test_forced_rejudgement(arena: Arena) -> None:
 def test_forced_rejudgement_many_keys(arena: Arena) -> None:
     """Item 25: the same flood with a fresh key per junk batch (one judged batch each) must not make
     the honest miner's pair the one forgotten. The memory is shrunk to 64 entries."""
-    honest = Identity.generate()
+    honest = _key()
     v = arena.validator
     _, ann = arena.mine(honest)
     v.check(arena.announce(honest, ann))
@@ -113,7 +129,7 @@ def test_forced_rejudgement_many_keys(arena: Arena) -> None:
             junk = os.urandom(200)
             ref = blob_ref_for(junk, chunk_size=64 * 1024)
             v.env.store.put(junk, expected_id=ref.id)
-            v.check(arena.announce(Identity.generate(), dataclasses.replace(ann, blob=ref)))
+            v.check(arena.announce(_key(), dataclasses.replace(ann, blob=ref)))
         replay = arena.announce(honest, dataclasses.replace(ann, created_ms=ann.created_ms + 9))
         v.on_announcement(replay)
         judge_all(v)
@@ -124,7 +140,7 @@ def test_forced_rejudgement_many_keys(arena: Arena) -> None:
 
 def test_hard_failure_vetoes(arena: Arena) -> None:
     """Item 9: one validator accepts, the other finds a hard failure: the trainer must not train on it."""
-    miner = Identity.generate()
+    miner = _key()
     t, v1 = arena.trainer.intake, arena.validators[0]
     _, ann = arena.mine(miner)
     item = arena.announce(miner, ann)
@@ -144,7 +160,7 @@ def test_hard_failure_vetoes(arena: Arena) -> None:
 def test_announcement_cache_flood(arena: Arena) -> None:
     """Item 12: junk announcements from one key and from many keys must not evict an honest
     miner's announcement before its verdicts arrive."""
-    honest, flooder = Identity.generate(), Identity.generate()
+    honest, flooder = _key(), _key()
     t = arena.trainer.intake
     _, first = arena.mine(honest)  # the miner's earlier batch, accepted and used
     it = arena.announce(honest, first)
@@ -160,7 +176,7 @@ def test_announcement_cache_flood(arena: Arena) -> None:
     for v in arena.validators:
         v.check(it)
     verdicts = verdicts_at_trainer(arena, 2, honest)
-    sybils = [flooder] * 1100 + [Identity.generate() for _ in range(1000)]  # 2,100 > the old cache
+    sybils = [flooder] * 1100 + [_key() for _ in range(1000)]  # 2,100 > the old cache
     for n, key in enumerate(sybils):
         junk = RolloutAnnouncement(
             version=0,
@@ -203,7 +219,7 @@ def test_scores_message_bounded(arena: Arena) -> None:
 def test_validator_stall(arena: Arena) -> None:
     """Item 4: announcements of blobs nobody serves, from many keys, must not hold up an honest
     miner's next batch (the judging thread runs as in a node)."""
-    honest = Identity.generate()
+    honest = _key()
     v = arena.validator
     _, first = arena.mine(honest)
     v.on_announcement(arena.announce(honest, first))
@@ -212,7 +228,7 @@ def test_validator_stall(arena: Arena) -> None:
     for _ in range(6):  # six keys, each announcing a blob nobody holds
         junk = os.urandom(2000)
         fake = dataclasses.replace(first, blob=blob_ref_for(junk, chunk_size=64 * 1024))
-        v.on_announcement(arena.announce(Identity.generate(), fake))
+        v.on_announcement(arena.announce(_key(), fake))
     _, second = arena.mine(honest)
     before = v.env.status.counter("groups_accepted")
     v.on_announcement(arena.announce(honest, second))
@@ -240,7 +256,7 @@ def test_validator_stall(arena: Arena) -> None:
 
 def test_score_wipe(arena: Arena) -> None:
     """Item 3: one judged announcement claiming version 2^40 must not zero every miner."""
-    honest, wiper = Identity.generate(), Identity.generate()
+    honest, wiper = _key(), _key()
     v = arena.validator
     _, ann = arena.mine(honest)
     v.check(arena.announce(honest, ann))
