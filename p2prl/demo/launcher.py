@@ -61,7 +61,7 @@ class DemoOptions:
     # network settings: small, so a 2-core CPU learns within minutes
     max_new_tokens: int = 0  # 0: the model's (4 for the built-in model; p2prl.rl.gendefaults)
     group_size: int = 8
-    groups_per_batch: int = 0  # 0: the model's step size (p2prl.rl.gendefaults.step_size), as below
+    groups_per_batch: int = 0  # 0: the model's step size (p2prl.demo.sizing, ``sized``), as below
     anchor_interval: int = 10
     max_staleness: int = 3  # the demo's own; a network made without one: DEFAULT_MAX_STALENESS (4)
     chunk_size: int = 256 * 1024
@@ -80,8 +80,8 @@ class DemoOptions:
     validator_device: str | None = None  # default: ``device`` (a CUDA network judged on the CPU, say)
     engine: str = "auto"  # the miners' rollout engine: auto, hf or vllm (node --engine)
     # the trainer's step (train_batch_groups prompts x group_size samples, taken train_epochs times)
-    # and each miner's batches_per_version batches of groups_per_batch prompts per version: the
-    # miners make what the trainer consumes and no more (staleness stays 0-1); 0: the model's
+    # and each miner's batches_per_version batches of groups_per_batch prompts per version, sized
+    # together so staleness stays 0-1 (p2prl.demo.sizing); 0: the model's
     lr: float = 0.0  # 0: 3e-4 for the built-in model, p2prl.rl.gendefaults.MODEL_LR with --model
     train_batch_groups: int = 0
     train_epochs: int = 0
@@ -415,7 +415,6 @@ def summarize(
 
 def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
     """Run the demo; returns the summary when it ran with a duration (None after an interactive run)."""
-    opts = sized(opts)
     tmp = None
     root = opts.workdir
     if root is None:
@@ -456,13 +455,7 @@ def run_demo(opts: DemoOptions) -> dict[str, Any] | None:
         print("nodes: " + ", ".join(f"{n} {u}" for n, u in zip(names, urls, strict=True)), flush=True)
         wait_up(sup, lambda: _statuses(plan, names), opts.startup_timeout_s, stop)
         if opts.duration is None and opts.dashboard:
-            # Ctrl-C sets the flag the dashboard's loop reads, never an exception raised inside its
-            # drawing: one raised while rich held its lock left the demo hung with every node running
-            prev_int = signal.signal(signal.SIGINT, lambda *_: stop.set())
-            try:
-                run_dashboard(urls, stop=stop)  # returns once stop is set
-            finally:
-                signal.signal(signal.SIGINT, prev_int)
+            run_dashboard(urls, stop=stop)  # Ctrl-C sets stop (dashboard.live), then it returns
             closing = _closing(plan, names, len(sup.children))
         else:
             start = time.monotonic()

@@ -69,7 +69,6 @@ def run_demo_testbed(
     """Run the demo on a testbed for ``opts.duration`` seconds; returns the demo's summary plus
     ``links`` (bytes each host's link carried), ``peers`` (connected peers per node at the end),
     ``nat_miners`` and, with churn, ``churn``."""
-    opts = d.sized(opts)
     names = d._nodes(opts)
     miners = [n for n in names if n.startswith("miner")]
     natted = miners[len(miners) - nat_miners :] if nat_miners else []

@@ -185,8 +185,8 @@ def iter_rollout_stats(
     ``recheck``: the jobs whose statistics it flags (a rollout that looks off) are computed again in
     float32 (``forward_flat(float32=True)``), their statistics under ``"float32"`` beside the model
     precision's, for the caller to judge the rollout by the reference it matches better (both are the
-    right model's: they differ by rounding, except where rounding diverges). A bf16 full forward of SmolLM2-135M landed 0.43 of the hidden state's norm and
-    1.6 nats from the float32 one on an honest completion whose miner's bf16 generation was within
+    right model's: they differ by rounding, except where rounding diverges). A bf16 full forward of
+    SmolLM2-135M landed 0.43 of the hidden state's norm and 1.6 nats from the float32 one on an honest completion whose miner's bf16 generation was within
     0.05 and 0.12 of it: in bf16 alone the validator's own rounding failed that honest miner
     (docs/PROOF.md, "A float32 second opinion")."""
     lengths = [len(j.prompt_ids) + len(j.completion_ids) for j in jobs]
