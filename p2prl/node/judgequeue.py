@@ -207,8 +207,8 @@ class JudgeQueue:
 
         Announcements for a version we do not hold yet wait (up to ``wait_s``) without blocking
         others. ``classes`` 1 takes only signers in good standing. Signers in ``skip`` (one of
-        theirs is being fetched or judged) wait, so each signer's batches are judged in the order
-        they were announced: prompt indices must continue the last judged batch.
+        theirs is being fetched or judged) wait, so each signer's batches are judged one at a time,
+        oldest signed first: prompt indices must continue the last judged batch.
         """
         now = time.monotonic() if now is None else now
         for queues in self._queues[:classes]:
@@ -216,14 +216,23 @@ class JudgeQueue:
                 if signer in skip:
                     continue
                 q = queues[signer]
-                for i, (t, item) in enumerate(q):
-                    if item.message.version <= current or now - t > self.wait_s:
-                        del q[i]
-                        self._n -= 1
-                        queues.pop(signer)
-                        if q:
-                            queues[signer] = q  # to the back of its class: round-robin
-                        return item
+                ready = [
+                    i
+                    for i, (t, item) in enumerate(q)
+                    if item.message.version <= current or now - t > self.wait_s
+                ]
+                if not ready:
+                    continue
+                # the miner's own order (signed version, then signing time), not the order gossip
+                # delivered them in: one path may bring a miner's second batch before its first
+                i = min(ready, key=lambda j: (q[j][1].message.version, q[j][1].message.created_ms))
+                item = q[i][1]
+                del q[i]
+                self._n -= 1
+                queues.pop(signer)
+                if q:
+                    queues[signer] = q  # to the back of its class: round-robin
+                return item
         return None
 
     # -- outcomes --------------------------------------------------------------------------------

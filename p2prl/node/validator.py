@@ -53,6 +53,11 @@ RETRY_NEW_BELOW = 16  # a new key's batch is retried only while fewer announceme
 FETCHERS = 3  # blobs fetched in parallel, off the judging thread; fetcher 0 serves good standing only
 READY_MAX = 4  # fetched blobs waiting to be judged
 BEHIND_S = 30.0  # an announcement queued this long: judging is behind, and status says so
+# a batch of a miner in standing that does not continue its last judged one waits this long for the
+# batch before it (gossip may deliver a miner's announcements out of order) before it is index_gap
+REORDER_HOLD_S = 5.0
+HOLD_PER_SIGNER = 2  # batches held per signer, each with its bytes
+HOLD_MAX = 32  # batches held in all
 POSITION_TAG = b"p2prl/validator/position-secret/v1"
 
 
@@ -61,7 +66,6 @@ if TYPE_CHECKING:
 
     from p2prl.proof import BatchVerdict
     from p2prl.rl import GenerationParams, RolloutEngine, Task, Tokenizer
-
 
 
 class Fetch(Enum):
@@ -171,14 +175,15 @@ class Validator:
         self.jq = JudgeQueue(self.max_staleness)
         self.jq_cond = threading.Condition()
         self.in_flight: set[str] = set()  # signers with a batch being fetched or judged (one each)
+        # the judging thread's: batches read but not continuing their miner's indices, waiting for
+        # the batch before them (signer -> [(deadline, item, bytes, t0)], oldest signed first)
+        self._held: dict[str, list[tuple[float, Announcement, bytes, float]]] = {}
         self.scores = ScoreBook(env.settings.score_window)
         self.ready: queue.Queue[tuple[Announcement, bytes | Fetch | None]] = queue.Queue(READY_MAX)
         self._last_scores = 0.0
         self._behind = False
         self.current = start
-        env.status.set(
-            version=start.version, weights_hash=start.status_hash
-        )
+        env.status.set(version=start.version, weights_hash=start.status_hash)
         self._report_sha(start)
         for k in PROOF_TOLERANCES:  # beside the largest errors seen (_record): how close honest miners come
             env.status.gauge(f"proof_{k}", getattr(vcfg, k))
@@ -258,6 +263,7 @@ class Validator:
                 self._report_sha(w)
                 with self.jq_cond:
                     self.jq.judged.prune(w.version)
+            self._release_held()  # batches whose wait for the batch before them is over
             self._maybe_publish_scores()
             self._report_backlog()
             try:
@@ -316,14 +322,20 @@ class Validator:
             self.jq_cond.notify_all()
 
     def check(self, item: Announcement, data: bytes | Fetch | None = Fetch.HERE) -> BatchVerdict | None:
-        """Judge ``item`` (see ``_check``), then let its signer's next batch be fetched."""
+        """Judge ``item`` (see ``_check``), then let its signer's next batch be fetched, and judge
+        again what of that signer waited for the batch before it."""
         try:
-            return self._check(item, data)
+            bv = self._check(item, data)
         finally:
             self._done(item)
+        signer = item.envelope.signer_hex
+        if not any(h[1] is item for h in self._held.get(signer, ())):  # judged, shed or a repeat
+            self._release_held(signer)
+        return bv
 
     def _check(self, item: Announcement, data: bytes | Fetch | None = Fetch.HERE) -> BatchVerdict | None:
-        """Fetch the batch, judge it, publish the verdict; returns the BatchVerdict (None: a repeat).
+        """Fetch the batch, judge it, publish the verdict; returns the BatchVerdict (None: a repeat,
+        or held for the miner's batch before it).
 
         A (signer, blob) is judged once in the staleness window: the checker records each prompt
         index it has seen, so judging the same blob again (a re-gossiped or replayed announcement)
@@ -347,7 +359,9 @@ class Validator:
             return None
         if data is Fetch.STALE or (data is Fetch.HERE and self._stale(item)):
             bv = reject_all(ann.groups, VerdictReason.STALE)
-            env.publish("verdicts", replace(to_verdict(bv, ann, miner), announcement=item.envelope.digest.hex()))
+            env.publish(
+                "verdicts", replace(to_verdict(bv, ann, miner), announcement=item.envelope.digest.hex())
+            )
             self._record(ann, miner, bv, time.monotonic() - t0, judged=False)
             return bv
         if data is Fetch.HERE:
@@ -361,14 +375,71 @@ class Validator:
             with self.jq_cond:
                 self.jq.judged.add(key_of(item), ann.version)
             bv = self.checker.check(ann, miner, data, self.current.version)
-            with self.jq_cond:
-                self.jq.judged_ok(item, bool(bv.valid_groups), bool(bv.hard_failure))
-            if bv.valid_groups and not bv.hard_failure:
-                env.net.grant_standing(miner)  # its gossip is no longer an unproven key's
-        verdict = replace(to_verdict(bv, ann, miner), announcement=item.envelope.digest.hex())
-        env.publish("verdicts", verdict)
-        self._record(ann, miner, bv, time.monotonic() - t0, judged=data is not None)
+            if self._hold(item, data, bv, t0):
+                return None
+            self._judged(item, bv)
+        self._publish(item, bv, t0, judged=data is not None)
         return bv
+
+    def _judged(self, item: Announcement, bv: BatchVerdict) -> None:
+        """A batch read and judged: its signer's standing follows the verdict."""
+        with self.jq_cond:
+            self.jq.judged_ok(item, bool(bv.valid_groups), bool(bv.hard_failure))
+        if bv.valid_groups and not bv.hard_failure:
+            self.env.net.grant_standing(item.envelope.signer)  # its gossip is no longer an unproven key's
+
+    def _publish(self, item: Announcement, bv: BatchVerdict, t0: float, judged: bool) -> None:
+        ann, miner = item.message, item.envelope.signer
+        verdict = replace(to_verdict(bv, ann, miner), announcement=item.envelope.digest.hex())
+        self.env.publish("verdicts", verdict)
+        self._record(ann, miner, bv, time.monotonic() - t0, judged=judged)
+
+    # -- batches that arrived before the batch they follow -----------------------------------
+    def _hold(self, item: Announcement, data: bytes, bv: BatchVerdict, t0: float) -> bool:
+        """Keep a batch of a miner in standing that does not continue its last judged batch
+        (``index_gap``) for ``REORDER_HOLD_S``, bounded per signer and in all: gossip can bring a
+        miner's second announcement before its first, and judging it at once would cost the miner
+        both (the second as a gap, the first stale by the time it comes). A skipped batch stays a gap."""
+        signer = item.envelope.signer_hex
+        waiting = self._held.get(signer, [])
+        if {g.reason for g in bv.groups} != {VerdictReason.INDEX_GAP} or any(h[1] is item for h in waiting):
+            return False
+        with self.jq_cond:
+            standing = self.jq.standing(signer)
+        if standing != GOOD or len(waiting) >= HOLD_PER_SIGNER or self._n_held() >= HOLD_MAX:
+            return False
+        waiting.append((time.monotonic() + REORDER_HOLD_S, item, data, t0))
+        waiting.sort(key=lambda h: (h[1].message.version, h[1].message.created_ms))
+        self._held[signer] = waiting
+        self.env.status.incr("batches_held")
+        return True
+
+    def _n_held(self) -> int:
+        return sum(len(w) for w in self._held.values())
+
+    def _release_held(self, signer: str | None = None) -> list[BatchVerdict]:
+        """Judge again the held batches of ``signer`` (a batch of it was just judged: they may continue
+        it now), or with None those of any signer whose wait is over; the verdicts published."""
+        now = time.monotonic()
+        out: list[BatchVerdict] = []
+        for s in [signer] if signer is not None else list(self._held):
+            waiting = self._held.pop(s, [])
+            if signer is None and all(h[0] > now for h in waiting):
+                if waiting:
+                    self._held[s] = waiting
+                continue
+            keep = []
+            for deadline, item, data, t0 in waiting:
+                bv = self.checker.check(item.message, item.envelope.signer, data, self.current.version)
+                if deadline > now and {g.reason for g in bv.groups} == {VerdictReason.INDEX_GAP}:
+                    keep.append((deadline, item, data, t0))
+                    continue
+                self._judged(item, bv)
+                self._publish(item, bv, t0, judged=True)
+                out.append(bv)
+            if keep:
+                self._held[s] = keep
+        return out
 
     def _fetch(self, item: Announcement) -> bytes | None:
         """The blob's bytes, or None. A miner in good standing is asked again after each failed try
@@ -407,7 +478,9 @@ class Validator:
         env.status.incr_label("rollout_unfetchable", "probe" if not arrived.is_set() else "fetch")
         return None
 
-    def _record(self, ann: RolloutAnnouncement, miner: bytes, bv: BatchVerdict, secs: float, judged: bool) -> None:
+    def _record(
+        self, ann: RolloutAnnouncement, miner: bytes, bv: BatchVerdict, secs: float, judged: bool
+    ) -> None:
         st = self.env.status
         acc = sum(1 for g in bv.groups if g.accepted)
         st.incr("batches_checked")
@@ -443,7 +516,7 @@ class Validator:
         """Say in status (``judging``, ``judge_backlog``, ``judge_lag_s``) and once in the log when
         judging falls behind what miners announce, so nobody waits on this validator silently."""
         with self.jq_cond:
-            n, lag, held = len(self.jq), self.jq.oldest_age(), len(self.in_flight)
+            n, lag, held = len(self.jq), self.jq.oldest_age(), len(self.in_flight) + self._n_held()
         st = self.env.status
         st.gauge("judge_backlog", n)
         st.gauge("judge_in_hand", held)
@@ -476,7 +549,9 @@ class Validator:
         return self.current.version
 
     def handlers(self) -> Handlers:
-        return Handlers().on(PatchManifest, self.sync.on_manifest).on(RolloutAnnouncement, self.on_announcement)
+        return (
+            Handlers().on(PatchManifest, self.sync.on_manifest).on(RolloutAnnouncement, self.on_announcement)
+        )
 
     def loops(self) -> dict[str, Callable[[], None]]:
         lanes = {f"fetch{lane}": partial(self.fetch_loop, lane) for lane in range(FETCHERS)}

@@ -133,3 +133,43 @@ def test_batches_shed_over_the_quota_leave_no_gap(arena: Arena, monkeypatch: pyt
     assert verdicts[2:] in ([], [None])  # shed: no verdict
     _, after = judge(arena, miner)
     assert accepted(after) == len(after.groups), reasons(after)
+
+
+def test_a_batch_that_arrives_before_the_one_it_follows_is_held_for_it(arena: Arena) -> None:
+    """Gossip brought a miner's later batch before its earlier one (a loaded demo lost both: the later
+    ``index_gap``, the earlier ``stale`` by the time it came): the later one waits for the earlier,
+    and both are accepted."""
+    miner = Identity.generate()
+    v = arena.validator
+    _, first = judge(arena, miner)
+    assert accepted(first) == len(first.groups)
+    _, early = arena.mine(miner)
+    _, late = arena.mine(miner)
+    before = v.env.status.snapshot()["counters"].get("groups_accepted", 0)
+    assert v.check(arena.announce(miner, late)) is None  # held, no verdict yet
+    bv = v.check(arena.announce(miner, early))
+    assert accepted(bv) == len(bv.groups), reasons(bv)
+    after = v.env.status.snapshot()["counters"].get("groups_accepted", 0)
+    assert after - before == early.groups + late.groups  # the held one judged after it
+    assert not v._held
+
+
+def test_a_skipped_batch_is_still_a_gap_when_the_wait_ends(
+    arena: Arena, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A miner that never announces a batch (it skipped it) gets the next one ``index_gap`` once the
+    wait is over: the hold bridges reordering, not skipping."""
+    miner = Identity.generate()
+    v = arena.validator
+    _, first = judge(arena, miner)
+    assert accepted(first) == len(first.groups)
+    arena.mine(miner, serve=False)  # mined, never announced
+    _, after = arena.mine(miner)
+    monkeypatch.setattr(vmod, "REORDER_HOLD_S", 0.0)
+    bv = v.check(arena.announce(miner, after))
+    if bv is None:  # held until the wait ends
+        released = v._release_held()
+        assert len(released) == 1
+        bv = released[0]
+    assert reasons(bv) == {VerdictReason.INDEX_GAP}
+    assert not v._held

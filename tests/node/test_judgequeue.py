@@ -87,3 +87,17 @@ def test_many_keys_cannot_evict_honest_judged_pairs() -> None:
     assert all(q.offer(item) == "duplicate_announcement" for item in mine)
     q.judged.prune(5)  # their window ends: now they go
     assert all(q.offer(item) is None for item in mine[:8])
+
+
+def test_a_signers_batches_come_out_oldest_signed_first() -> None:
+    """Gossip may deliver a miner's second announcement before its first: the queue hands them out
+    by signed version and signing time, not arrival (else the second is judged first, ``index_gap``)."""
+    import dataclasses
+
+    q = JudgeQueue(max_staleness=2)
+    key = Identity.generate()
+    first, second = announcement(key, 1), announcement(key, 2)
+    second = delivered(key, dataclasses.replace(second.message, created_ms=first.message.created_ms + 230))
+    assert q.offer(second) is None and q.offer(first) is None
+    assert q.next(0) is first
+    assert q.next(0) is second
