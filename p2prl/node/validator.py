@@ -58,6 +58,10 @@ BEHIND_S = 30.0  # an announcement queued this long: judging is behind, and stat
 REORDER_HOLD_S = 5.0
 HOLD_PER_SIGNER = 2  # batches held per signer, each with its bytes
 HOLD_MAX = 32  # batches held in all
+# a batch announced in time is judged though this validator fell behind, up to this many versions past
+# the staleness window (their weights stay reachable): the lag is this validator's, not the miner's
+LATE_VERSIONS = 4
+ARRIVALS_MAX = 8192  # (signer, blob) -> this validator's version when the announcement arrived
 POSITION_TAG = b"p2prl/validator/position-secret/v1"
 
 
@@ -154,7 +158,7 @@ def calibrated(
 class Validator:
     def __init__(self, env: RoleEnv[ValidatorSettings]) -> None:
         self.env = env
-        keep = max(env.settings.keep_states, int(env.g.max_staleness) + 1)
+        keep = max(env.settings.keep_states, int(env.g.max_staleness) + 1 + LATE_VERSIONS)
         role = open_synced_role(env, "validator", keep)
         self.dir, self.book, self.engine, tok = role.dir, role.book, role.engine, role.tok
         start = role.start
@@ -172,9 +176,10 @@ class Validator:
             self.cache.source, tok, task, vcfg, position_secret=position_secret(env.identity)
         )
         self.max_staleness = int(env.g.max_staleness)
-        self.jq = JudgeQueue(self.max_staleness)
+        self.jq = JudgeQueue(self.max_staleness + LATE_VERSIONS)  # judged pairs kept while judgeable
         self.jq_cond = threading.Condition()
         self.in_flight: set[str] = set()  # signers with a batch being fetched or judged (one each)
+        self._arrived: LRU[tuple[str, str], int] = LRU(ARRIVALS_MAX)  # the pump's: version at arrival
         # the judging thread's: batches read but not continuing their miner's indices, waiting for
         # the batch before them (signer -> [(deadline, item, bytes, t0)], oldest signed first)
         self._held: dict[str, list[tuple[float, Announcement, bytes, float]]] = {}
@@ -244,6 +249,7 @@ class Validator:
     # -- pump thread ----------------------------------------------------------------------
     def on_announcement(self, item: Announcement) -> None:
         with self.jq_cond:
+            self._arrived.put(key_of(item), self.current.version)
             evicted = self.jq.evicted
             why = self.jq.offer(item)
             evicted = self.jq.evicted - evicted
@@ -300,10 +306,22 @@ class Validator:
                 except queue.Full:
                     continue
 
+    def _as_of(self, item: Announcement) -> int:
+        """The version a batch is judged as of: this validator's when the announcement arrived (or
+        the batch's own, if it came before this validator held it), never past the current one. A
+        batch announced in time is not ``stale`` because judging here lagged behind."""
+        with self.jq_cond:
+            arrived = self._arrived.get(key_of(item), self.current.version)
+        return min(self.current.version, max(arrived, item.message.version))
+
     def _stale(self, item: Announcement) -> bool:
-        """Its version is out of the window: ``stale`` whatever its bytes, so no fetch is spent on it
-        (a backlog of old batches drains at once instead of a probe each)."""
-        return self.current.version - item.message.version > self.max_staleness
+        """Late when it arrived, or so far behind now that its weights are out of reach: ``stale``
+        whatever its bytes, so no fetch is spent on it (a backlog drains at once, not a probe each)."""
+        v = item.message.version
+        return (
+            self._as_of(item) - v > self.max_staleness
+            or self.current.version - v > self.max_staleness + LATE_VERSIONS
+        )
 
     def _next(self, classes: int = 3) -> Announcement | None:
         """The next announcement to judge (fair per signer; one whose version we hold or never will)."""
@@ -374,7 +392,7 @@ class Validator:
         else:
             with self.jq_cond:
                 self.jq.judged.add(key_of(item), ann.version)
-            bv = self.checker.check(ann, miner, data, self.current.version)
+            bv = self.checker.check(ann, miner, data, self._as_of(item))
             if self._hold(item, data, bv, t0):
                 return None
             self._judged(item, bv)
@@ -430,7 +448,7 @@ class Validator:
                 continue
             keep = []
             for deadline, item, data, t0 in waiting:
-                bv = self.checker.check(item.message, item.envelope.signer, data, self.current.version)
+                bv = self.checker.check(item.message, item.envelope.signer, data, self._as_of(item))
                 if deadline > now and {g.reason for g in bv.groups} == {VerdictReason.INDEX_GAP}:
                     keep.append((deadline, item, data, t0))
                     continue
@@ -499,7 +517,7 @@ class Validator:
         count = sum(len(grp.rollouts) for grp in bv.valid_groups)
         st.add_reward(ann.version, total, count)
         cur = self.current.version
-        if judged and cur - self.max_staleness <= ann.version <= cur:  # a claimed version moves nothing
+        if judged and cur - self.max_staleness - LATE_VERSIONS <= ann.version <= cur:  # a claim moves nothing
             self.scores.record(miner.hex(), ann.version, int(bv.unique_rollouts), bool(bv.hard_failure), cur)
         st.set_scores(self.scores.scores(self.current.version))
         log.info(

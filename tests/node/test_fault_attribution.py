@@ -173,3 +173,27 @@ def test_a_skipped_batch_is_still_a_gap_when_the_wait_ends(
         bv = released[0]
     assert reasons(bv) == {VerdictReason.INDEX_GAP}
     assert not v._held
+
+
+def test_a_batch_announced_in_time_is_judged_though_the_validator_fell_behind(
+    arena: Arena, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Staleness is the miner's lateness: a batch that arrived while its version was current is judged
+    (and scored) though judging here lagged past the window before reaching it; one that arrived
+    late is ``stale``. Before, a loaded demo's validator answered 3.7% of honest groups ``stale``
+    because its own fetches and judging lagged."""
+    miner = Identity.generate()
+    v = arena.validator
+    _, ann = arena.mine(miner)
+    item = arena.announce(miner, ann)
+    v.on_announcement(item)  # arrives at the batch's own version
+    assert v._next() is item
+    behind = dataclasses.replace(v.current, version=v.current.version + v.max_staleness + 2)
+    monkeypatch.setattr(v, "current", behind)  # judging lagged: the network moved on meanwhile
+    bv = v.check(item)
+    assert accepted(bv) == len(bv.groups), reasons(bv)
+    _, ann = arena.mine(miner)
+    late = arena.announce(miner, ann)
+    v.on_announcement(late)  # arrives when its version is out of the window: the miner was late
+    assert v._next() is late
+    assert reasons(v.check(late)) == {VerdictReason.STALE}
