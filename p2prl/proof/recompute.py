@@ -96,12 +96,18 @@ def in_float32(module: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def token_scores(
-    logits: Any, targets: np.ndarray, temperature: float, top_p: float, vocab_elems: int = VOCAB_ELEMS
+    logits: Any,
+    targets: np.ndarray,
+    temperature: float,
+    top_p: float,
+    vocab_elems: int = VOCAB_ELEMS,
+    top_p_slack: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per token: the log-probability of the target under the sampled distribution (temperature,
     top-p), and the log tail probability ``log P(a token no likelier than the target)`` under the
     temperature-scaled distribution (no top-p: that only makes honest tokens look likelier, so the
-    test stays conservative)."""
+    test stays conservative). ``top_p_slack``: a target whose mass before it is under ``top_p`` plus
+    this is kept by the cut (a miner's logits a rounding step off ours put it inside its own cut)."""
     import torch
 
     from p2prl.rl import processed_logprobs  # torch, as above: importing proof/ costs none
@@ -112,7 +118,7 @@ def token_scores(
     lps, tails = [], []
     for s in range(0, logits.shape[0], step):
         lg, tg = logits[s : s + step], tgt[s : s + step]
-        lps.append(processed_logprobs(lg, t, top_p).gather(1, tg).squeeze(1).double())
+        lps.append(processed_logprobs(lg, t, top_p, tg, top_p_slack).gather(1, tg).squeeze(1).double())
         probs = torch.softmax(lg.double() / t, dim=-1)
         p_x = probs.gather(1, tg)
         tails.append((probs * (probs <= p_x * (1 + 1e-6))).sum(-1).clamp(min=1e-300).log())
@@ -173,6 +179,7 @@ def iter_rollout_stats(
     top_p: float,
     forward_tokens: int,
     recheck: Callable[[dict[str, Any]], bool] | None = None,
+    top_p_slack: float = 0.0,
 ) -> Iterator[dict[str, Any]]:
     """For every job, in order: fingerprint squared error and count (``fp_sq``, ``fp_n``), its rms
     (``fp_rollout``) and each checked position's rms error (``fp_pos``, an array), mean and max
@@ -193,12 +200,16 @@ def iter_rollout_stats(
     for run in token_chunks(lengths, forward_tokens):
         part = [jobs[i] for i in run]
         hidden, logits = forward_flat(model, [(j.prompt_ids, j.completion_ids) for j in part])
-        stats = _chunk_stats(part, hidden, logits, manifest_hash, sketch_dim, temperature, top_p)
+        stats = _chunk_stats(part, hidden, logits, manifest_hash, sketch_dim, temperature, top_p, top_p_slack)
         again = [i for i, st in enumerate(stats) if recheck is not None and recheck(st)]
         if again:
             sub = [part[i] for i in again]
             h32, l32 = forward_flat(model, [(j.prompt_ids, j.completion_ids) for j in sub], float32=True)
-            for i, st in zip(again, _chunk_stats(sub, h32, l32, manifest_hash, sketch_dim, temperature, top_p), strict=True):
+            for i, st in zip(
+                again,
+                _chunk_stats(sub, h32, l32, manifest_hash, sketch_dim, temperature, top_p, top_p_slack),
+                strict=True,
+            ):
                 stats[i]["float32"] = st
         yield from stats
 
@@ -211,6 +222,7 @@ def _chunk_stats(
     sketch_dim: int,
     temperature: float,
     top_p: float,
+    top_p_slack: float = 0.0,
 ) -> list[dict[str, Any]]:
     n = np.array([len(j.completion_ids) for j in jobs])
     seg = np.repeat(np.arange(len(jobs)), n)
@@ -226,7 +238,7 @@ def _chunk_stats(
     pos_splits = np.split(pos_err, np.cumsum(k)[:-1])
     # logprobs and tails
     targets = np.concatenate([j.completion_ids for j in jobs])
-    lp, tails = token_scores(logits, targets, temperature, top_p)
+    lp, tails = token_scores(logits, targets, temperature, top_p, top_p_slack=top_p_slack)
     claimed_lp = np.concatenate([j.logprobs for j in jobs]).astype(np.float64)
     # the error beyond what bf16 rounding of the logits explains: what the tolerances bound
     lp_err = np.maximum(0.0, np.abs(lp - claimed_lp) - rounding_allowance(logits, targets, temperature))
@@ -236,7 +248,7 @@ def _chunk_stats(
     tail_sum = np.bincount(seg, tails, minlength=len(jobs))
     dist = fisher_log_pvalues(tail_sum, n)
     seq_lp = np.bincount(seg, lp, minlength=len(jobs))
-    samp = _sampling_distances(jobs, logits, targets, starts, n, temperature, top_p)
+    samp = _sampling_distances(jobs, logits, targets, starts, n, temperature, top_p, top_p_slack)
     return [
         {
             "fp_sq": float(fp_sq[i]),
@@ -263,6 +275,7 @@ def _sampling_distances(
     n: np.ndarray,
     temperature: float,
     top_p: float,
+    top_p_slack: float = 0.0,
 ) -> list[np.ndarray | None]:
     """Per job with uniforms: each token's distance from its public uniform to the token's interval
     under this model's processed distribution (``rl.sampling``); None for jobs without uniforms."""
@@ -274,7 +287,7 @@ def _sampling_distances(
     step = max(1, VOCAB_ELEMS // max(1, logits.shape[1]))
     los, his = [], []
     for s in range(0, logits.shape[0], step):
-        lo, hi = token_intervals(logits[s : s + step], targets[s : s + step], temperature, top_p)
+        lo, hi = token_intervals(logits[s : s + step], targets[s : s + step], temperature, top_p, top_p_slack)
         los.append(lo)
         his.append(hi)
     lo, hi = np.concatenate(los), np.concatenate(his)

@@ -348,7 +348,9 @@ class RolloutValidator:
         unique, keys, repeats = self._find_repeats(batch, reasons)
         todo = self._pick_rollouts(batch, blob_id, reasons, repeats)
         stats = CheckStats(rollouts_picked=len(todo))
-        fp, tails, pos_errs, dists = self._check_rollouts(batch, model, blob_id, todo, repeats, reasons, stats)
+        fp, tails, pos_errs, dists = self._check_rollouts(
+            batch, model, blob_id, todo, repeats, reasons, stats
+        )
         self._check_batch_distribution(tails, reasons, stats)
         self._group_fingerprints(fp, stats)
         self._check_batch_fingerprint(pos_errs, reasons, stats)
@@ -427,7 +429,9 @@ class RolloutValidator:
         orders = {gi: self._order(blob_id, gi, len(batch.groups[gi].rollouts)) for gi in live}
         take = {gi: min(len(orders[gi]), cfg.checked_per_group or len(orders[gi])) for gi in live}
         tokens = sum(
-            len(batch.groups[gi].rollouts[int(ri)].completion_ids) for gi in live for ri in orders[gi][: take[gi]]
+            len(batch.groups[gi].rollouts[int(ri)].completion_ids)
+            for gi in live
+            for ri in orders[gi][: take[gi]]
         )
         while tokens < cfg.checked_tokens and any(take[gi] < len(orders[gi]) for gi in live):
             for gi in live:
@@ -509,7 +513,9 @@ class RolloutValidator:
         if d is None or not len(d) or cfg.sampling_alpha <= 0:  # nothing to judge, or the check off
             return True
         misses = int(np.count_nonzero(d > cfg.sampling_margin))
-        return binom_log_sf(misses, len(d), cfg.sampling_miss_rate) + log_prior >= math.log(cfg.sampling_alpha)
+        return binom_log_sf(misses, len(d), cfg.sampling_miss_rate) + log_prior >= math.log(
+            cfg.sampling_alpha
+        )
 
     def _check_batch_distribution(
         self, tails: tuple[float, int], reasons: list[str], stats: CheckStats
@@ -564,7 +570,9 @@ class RolloutValidator:
                 if r == R.OK:
                     reasons[gi] = R.SAMPLING
 
-    def _remember(self, batch: RolloutBatch, verdict: BatchVerdict, keys: dict[bytes, int], blob_id: str) -> None:
+    def _remember(
+        self, batch: RolloutBatch, verdict: BatchVerdict, keys: dict[bytes, int], blob_id: str
+    ) -> None:
         """Only accepted content claims a place in the seen index, and each accepted group its slot."""
         for key, gi in keys.items():
             if verdict.groups[gi].accepted:
@@ -646,6 +654,7 @@ class RolloutValidator:
             gen.top_p,
             cfg.forward_tokens,
             recheck=self._looks_off if _low_precision(model) else None,
+            top_p_slack=cfg.sampling_margin,  # the sampling check's allowance, at the top-p cut too
         )
 
     def _better_opinion(self, res: dict[str, Any], copied_from_other: bool | None) -> dict[str, Any]:
@@ -656,7 +665,10 @@ class RolloutValidator:
         alt = res.pop("float32", None)
         if alt is None:
             return res
-        mine, other = self._rollout_reason(res, copied_from_other), self._rollout_reason(alt, copied_from_other)
+        mine, other = (
+            self._rollout_reason(res, copied_from_other),
+            self._rollout_reason(alt, copied_from_other),
+        )
         chosen = alt if _severity(other) < _severity(mine) else res
         return {**chosen, "float32_rechecked": 1.0}
 
@@ -689,7 +701,6 @@ def _low_precision(model: Any) -> bool:
 
 def _failed_hard(reasons: list[str]) -> bool:
     return any(r in HARD_FAILURES for r in reasons)
-
 
 
 def reject_all(n: int, reason: str, hard: bool = False) -> BatchVerdict:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from p2prl.rl.sampling import pick_tokens, uniforms
+from p2prl.rl.sampling import pick_tokens, top_p_drop, uniforms
 from p2prl.rl.tokenizer import Tokenizer
 
 
@@ -69,17 +69,18 @@ class RolloutEngine(Protocol):
         ...
 
 
-def processed_logprobs(logits: Tensor, temperature: float, top_p: float) -> Tensor:
-    """Log-probabilities of the distribution actually sampled: logits / T, then top-p renormalized."""
+def processed_logprobs(
+    logits: Tensor, temperature: float, top_p: float, through: Tensor | None = None, slack: float = 0.0
+) -> Tensor:
+    """Log-probabilities of the distribution actually sampled: logits / T in float32, renormalized over
+    the tokens top-p keeps, with the pick's own float64 cut (``sampling.top_p_drop``; ``through`` and
+    ``slack``: the validator's allowance at the cut). One cut for the pick and its logprob: a float32
+    cut of its own dropped tokens the pick had just kept, and their logprob was ``-inf``."""
     logits = logits.float()
-    if temperature > 0:
-        logits = logits / temperature
-    logp = torch.log_softmax(logits, dim=-1)
+    scaled = logits / temperature if temperature > 0 else logits
+    logp = torch.log_softmax(scaled, dim=-1)
     if top_p < 1.0:
-        sorted_lp, order = torch.sort(logp, dim=-1, descending=True)
-        cum = sorted_lp.exp().cumsum(dim=-1)
-        drop_sorted = (cum - sorted_lp.exp()) >= top_p  # keep the smallest prefix reaching top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        drop = top_p_drop(logits, temperature, top_p, through, slack)
         logp = torch.log_softmax(logp.masked_fill(drop, float("-inf")), dim=-1)
     return logp
 
@@ -191,9 +192,7 @@ class HFEngine:
             part = slice(start, start + self.max_batch)
             us = None
             if row_keys is not None:
-                us = torch.from_numpy(
-                    np.stack([uniforms(k, params.max_new_tokens) for k in row_keys[part]])
-                )
+                us = torch.from_numpy(np.stack([uniforms(k, params.max_new_tokens) for k in row_keys[part]]))
             flat.extend(self._generate_batch(rows[part], params, gen, us))
         return [flat[i * n_samples : (i + 1) * n_samples] for i in range(len(prompts))]
 

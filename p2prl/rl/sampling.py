@@ -44,22 +44,51 @@ def uniforms(key: bytes, n: int) -> np.ndarray:
     return out
 
 
-def processed_probs(logits: Any, temperature: float, top_p: float) -> Any:
+def processed_probs(
+    logits: Any, temperature: float, top_p: float, through: Any = None, slack: float = 0.0
+) -> Any:
     """float64 probabilities ``[B, V]`` of the distribution sampled from: softmax(logits / T), top-p
-    kept set (likeliest first, ties by lower id) renormalised. ``temperature`` must be > 0."""
+    kept set (likeliest first, ties by lower id) renormalised. ``temperature`` must be > 0.
+    ``through``/``slack``: the validator's allowance at the cut (``top_p_drop``)."""
     import torch
 
     z = logits.double() / temperature
     p = torch.softmax(z, dim=-1)
     if top_p < 1.0:
-        # stable sort of -p keeps lower ids first among equal probabilities
-        order = torch.sort(-p, dim=-1, stable=True).indices
-        sp = p.gather(-1, order)
-        drop_sorted = (sp.cumsum(-1) - sp) >= top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        p = p.masked_fill(drop, 0.0)
+        p = p.masked_fill(_top_p_drop(p, top_p, through, slack), 0.0)
         p = p / p.sum(-1, keepdim=True)
     return p
+
+
+def top_p_drop(logits: Any, temperature: float, top_p: float, through: Any = None, slack: float = 0.0) -> Any:
+    """Bool ``[B, V]``: the tokens top-p leaves out, cut in float64 exactly as the pick cuts them
+    (``processed_probs``), so a miner's logprobs are finite for every token it picked.
+
+    ``through`` (token ids ``[B]``) with ``slack``: also keep each row's token, and every likelier one,
+    when the mass before it is under ``top_p + slack``: the validator's allowance at the cut, the
+    sampling check's margin, for logits a rounding step off the miner's (docs/PROTOCOL.md §10)."""
+    import torch
+
+    t = temperature if temperature > 0 else 1.0
+    p = torch.softmax(logits.double() / t, dim=-1)
+    return _top_p_drop(p, top_p, through, slack)
+
+
+def _top_p_drop(p: Any, top_p: float, through: Any = None, slack: float = 0.0) -> Any:
+    import torch
+
+    # stable sort of -p keeps lower ids first among equal probabilities
+    order = torch.sort(-p, dim=-1, stable=True).indices
+    sp = p.gather(-1, order)
+    before = sp.cumsum(-1) - sp
+    drop_sorted = before >= top_p
+    if through is not None and slack > 0:
+        tgt = torch.as_tensor(through, dtype=torch.long, device=p.device).reshape(-1, 1)
+        rank = (order == tgt).int().argmax(-1, keepdim=True)
+        near = before.gather(-1, rank) < top_p + slack
+        upto = torch.arange(p.shape[-1], device=p.device)[None, :] <= rank
+        drop_sorted &= ~(upto & near)
+    return torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
 
 
 def pick_tokens(logits: Any, u: Any, temperature: float, top_p: float) -> Any:
@@ -79,16 +108,19 @@ def pick_tokens(logits: Any, u: Any, temperature: float, top_p: float) -> Any:
     return torch.minimum(tok, last)
 
 
-def token_intervals(logits: Any, tokens: Any, temperature: float, top_p: float) -> tuple[Any, Any]:
+def token_intervals(
+    logits: Any, tokens: Any, temperature: float, top_p: float, slack: float = 0.0
+) -> tuple[Any, Any]:
     """Per row, the interval ``[lo, hi)`` of ``u`` that makes the inverse CDF pick ``tokens[row]``
-    (float64 numpy arrays, in [0, 1]); greedy: [0, 1) for the argmax, empty otherwise."""
+    (float64 numpy arrays, in [0, 1]); greedy: [0, 1) for the argmax, empty otherwise. ``slack``:
+    a token within it of the top-p cut counts as kept (the validator's allowance, ``top_p_drop``)."""
     import torch
 
     tgt = torch.as_tensor(tokens, dtype=torch.long, device=logits.device).reshape(-1, 1)
     if temperature == 0:
         hit = (logits.float().argmax(-1, keepdim=True) == tgt).squeeze(1).double()
         return np.zeros(len(hit)), hit.cpu().numpy()
-    p = processed_probs(logits, temperature, top_p)
+    p = processed_probs(logits, temperature, top_p, tgt.squeeze(1) if slack > 0 else None, slack)
     cdf = p.cumsum(-1)
     total = cdf[:, -1:]
     hi = cdf.gather(1, tgt) / total

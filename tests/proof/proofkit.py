@@ -15,6 +15,7 @@ from p2prl.rl.tasks import derive_seed, get_task
 from p2prl.rl.tokenizer import CharTokenizer
 
 MH = "ab" * 32  # the version's manifest hash (public randomness)
+POSITION_SECRET = bytes(range(32))  # the tests' validators: which rollouts and positions are recomputed
 VERSION = 3
 MINER = bytes(range(32))
 OTHER_MINER = bytes(range(1, 33))
@@ -52,9 +53,11 @@ class World:
     config: ValidatorConfig
 
     def validator(self, **kw: Any) -> RolloutValidator:
-        return RolloutValidator.for_model(
-            self.model, self.tok, self.task, VERSION, MH, config=self.config, **kw
-        )
+        """A validator of VERSION; its position secret fixed (a random one would make which rollouts
+        and positions it recomputes, and so a test's outcome, a matter of chance)."""
+        kw.setdefault("position_secret", POSITION_SECRET)
+        kw.setdefault("config", self.config)
+        return RolloutValidator.for_model(self.model, self.tok, self.task, VERSION, MH, **kw)
 
     def mine(
         self,

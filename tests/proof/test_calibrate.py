@@ -5,7 +5,6 @@ from __future__ import annotations
 from proofkit import MH, MINER, PARAMS, VERSION, World
 
 from p2prl.proof.calibrate import calibrate
-from p2prl.proof.validate import RolloutValidator
 from p2prl.reasons import VerdictReason
 
 
@@ -16,7 +15,7 @@ def test_calibrated_config_accepts_honest_and_rejects_other_weights(world: World
     assert cfg.fingerprint_tol >= 0.006 and cfg.fingerprint_tol >= 2 * drift["fp_quantile"]
     assert cfg.fingerprint_tol_rollout >= 0.05 and cfg.fingerprint_tol_rollout >= 2 * drift["fp_rollout"]
     assert cfg.logprob_tol_max >= 0.5 and drift["sampling_misses"] == 0
-    v = RolloutValidator.for_model(world.model, world.tok, world.task, VERSION, MH, config=cfg)
+    v = world.validator(config=cfg)
     honest = world.mine(indices=(50, 51))
     verdict = v.check(honest.announcement, MINER, honest.blob, VERSION)
     assert {g.reason for g in verdict.groups} == {VerdictReason.OK}
@@ -67,12 +66,12 @@ def test_one_honest_outlier_position_passes_and_a_cheaper_model_does_not(world: 
     error in its only position. Judged by the calibrated defaults, that batch passes; the same error
     at every position (a cheaper model) fails."""
     cfg, _ = calibrate(world.model, world.tok, world.task, PARAMS, MH, world.config, n_prompts=2, group_size=4)
-    v = RolloutValidator.for_model(world.model, world.tok, world.task, VERSION, MH, config=cfg)
+    v = world.validator(config=cfg)
     p = _batch_with_moved_states(world, 0.025, everywhere=False)
     verdict = v.check(p.announcement, MINER, p.blob, VERSION)
     assert verdict.stats.fingerprint_err_max > 0.016  # past the old per-rollout floor
     assert {g.reason for g in verdict.groups} == {VerdictReason.OK}
-    v = RolloutValidator.for_model(world.model, world.tok, world.task, VERSION, MH, config=cfg)
+    v = world.validator(config=cfg)
     q = _batch_with_moved_states(world, 0.025, everywhere=True)
     verdict = v.check(q.announcement, MINER, q.blob, VERSION)
     assert verdict.hard_failure and VerdictReason.FINGERPRINT in {g.reason for g in verdict.groups}

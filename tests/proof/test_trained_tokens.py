@@ -8,7 +8,7 @@ import copy
 from dataclasses import replace
 
 import torch
-from proofkit import GENERATION, GROUP, MH, MINER, PARAMS, VERSION, World
+from proofkit import GENERATION, GROUP, MH, MINER, PARAMS, POSITION_SECRET, VERSION, World
 
 from p2prl.proof.batch import build_batch
 from p2prl.proof.miner import announce, mine_batch
@@ -26,7 +26,10 @@ INDICES = list(range(60, 64))
 def _validator(world: World) -> RolloutValidator:
     # one rollout of each group recomputed (the long-completion regime: 2 of 8), no token target
     cfg = replace(world.config, checked_per_group=1, checked_tokens=0)
-    return RolloutValidator.for_model(world.model, world.tok, TASK, VERSION, MH, config=cfg)
+    # a fixed position secret: with a random one, all four placements were recomputed once in 256
+    return RolloutValidator.for_model(
+        world.model, world.tok, TASK, VERSION, MH, config=cfg, position_secret=POSITION_SECRET
+    )
 
 
 def _payload_batch(world: World, v: RolloutValidator):
@@ -97,7 +100,9 @@ def test_honest_groups_train_whole_and_stale_ones_too(world: World) -> None:
     honest = mine_batch(
         HFEngine(world.model, world.tok), TASK, VERSION, MH, MINER, list(range(70, 78)), GROUP, PARAMS
     )
-    verdict = RolloutValidator.for_model(world.model, world.tok, TASK, VERSION, MH, config=world.config).check(
+    verdict = RolloutValidator.for_model(
+        world.model, world.tok, TASK, VERSION, MH, config=world.config, position_secret=POSITION_SECRET
+    ).check(
         honest.announcement, MINER, honest.blob, VERSION
     )
     groups = verdict.valid_groups

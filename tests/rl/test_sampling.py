@@ -84,3 +84,41 @@ def test_protocol_worked_example_matches_the_code() -> None:
     lo, hi = token_intervals(logits, sharp, 1.0, 1.0)
     d = interval_distance(lo, hi, u[1:2])
     assert f"{float(d[0]):.5f}" in doc and d[0] > 0.002
+
+
+def test_the_pick_and_its_logprob_cut_top_p_alike() -> None:
+    """bf16 logits tie often; a float32 cut of its own (unstable sort) kept one of two tied tokens at
+    the top-p boundary where the pick's float64 cut kept the other, so a picked token's logprob was
+    ``-inf`` and the honest batch failed ``batch_malformed`` (hard). One cut: every token the pick can
+    take has a finite logprob, and none it cannot."""
+    import torch
+
+    from p2prl.rl import processed_logprobs
+    from p2prl.rl.sampling import processed_probs
+
+    z = (torch.randn(4096, 64, generator=torch.Generator().manual_seed(0)) * 2).bfloat16()
+    for temperature, top_p in ((0.7, 0.9), (1.0, 0.95), (0.5, 0.5)):
+        kept = processed_probs(z, temperature, top_p) > 0
+        assert torch.equal(torch.isfinite(processed_logprobs(z, temperature, top_p)), kept)
+
+
+def test_a_token_at_the_cut_is_kept_within_the_validators_slack() -> None:
+    """A validator whose logits sit a rounding step off the miner's may see the cut fall just before a
+    token the miner's cut kept: within ``slack`` of the cut it counts as kept (finite logprob, a
+    non-empty interval); far past the cut it does not."""
+    import torch
+
+    from p2prl.rl import processed_logprobs
+    from p2prl.rl.sampling import top_p_drop
+
+    z = torch.tensor([[3.0, 2.0, 1.0, 0.5, -1.0]])
+    p = torch.softmax(z.double(), -1)[0]
+    before = float(p[:3].sum())  # mass before token 3, the fourth likeliest
+    top_p = before - 1e-4  # the cut falls just before token 3
+    tok = torch.tensor([3])
+    assert bool(top_p_drop(z, 1.0, top_p)[0, 3])
+    assert not bool(top_p_drop(z, 1.0, top_p, tok, slack=2e-3)[0, 3])
+    assert torch.isfinite(processed_logprobs(z, 1.0, top_p, tok, 2e-3)[0, 3])
+    assert bool(top_p_drop(z, 1.0, top_p, torch.tensor([4]), slack=2e-3)[0, 4])  # past the slack
+    lo, hi = token_intervals(z, tok, 1.0, top_p, slack=2e-3)
+    assert hi[0] > lo[0]

@@ -131,6 +131,18 @@ def uniform(key: bytes, t: int) -> float:
     return (word >> 11) / 2.0**53
 
 
+def top_p_drop(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """§10 steps 1–3 (float64): the tokens top-p drops."""
+    x = logits.double() / (temperature if temperature > 0 else 1.0)
+    e = torch.exp(x - x.max())
+    p = e * (1.0 / e.sum())
+    order = torch.sort(-p, stable=True).indices
+    sp = p[order]
+    drop = torch.zeros_like(p, dtype=torch.bool)
+    drop[order] = (torch.cumsum(sp, 0) - sp) >= top_p
+    return drop
+
+
 def pick(logits: torch.Tensor, u: float, temperature: float, top_p: float) -> int:
     """§10 steps 1–4 on one position's logits (float64)."""
     z = logits.double()
@@ -140,11 +152,7 @@ def pick(logits: torch.Tensor, u: float, temperature: float, top_p: float) -> in
     e = torch.exp(x - x.max())
     p = e * (1.0 / e.sum())
     if top_p < 1:
-        order = torch.sort(-p, stable=True).indices
-        sp = p[order]
-        drop = (torch.cumsum(sp, 0) - sp) >= top_p
-        p = p.clone()
-        p[order[drop]] = 0.0
+        p = p.masked_fill(top_p_drop(logits, temperature, top_p), 0.0)
         p = p / p.sum()
     c = torch.cumsum(p, 0)
     tok = int(torch.searchsorted(c, torch.tensor([u * float(c[-1])], dtype=torch.float64), right=True)[0])
@@ -153,15 +161,11 @@ def pick(logits: torch.Tensor, u: float, temperature: float, top_p: float) -> in
 
 
 def behaviour_logprob(logits: torch.Tensor, tok: int, temperature: float, top_p: float) -> float:
-    """§10 "Behaviour logprobs": float32."""
+    """§10 "Behaviour logprobs": float32, renormalised over the tokens step 3 keeps."""
     lg = logits.float() / (temperature if temperature > 0 else 1.0)
     lp = torch.log_softmax(lg, -1)
     if top_p < 1:
-        s, order = torch.sort(lp, descending=True)
-        c = torch.cumsum(s.exp(), 0)
-        drop = torch.zeros_like(c, dtype=torch.bool)
-        drop[order] = (c - s.exp()) >= top_p
-        lp = torch.log_softmax(lp.masked_fill(drop, float("-inf")), -1)
+        lp = torch.log_softmax(lp.masked_fill(top_p_drop(logits, temperature, top_p), float("-inf")), -1)
     return float(lp[tok])
 
 
