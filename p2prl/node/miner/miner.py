@@ -26,7 +26,7 @@ from p2prl.node.runtime.task import generation_params, task_of
 from p2prl.node.setup.settings import MinerSettings
 from p2prl.node.weights.start import open_synced_role
 from p2prl.node.weights.sync import WeightSync
-from p2prl.node.weights.version import Weights, sha256_of_state
+from p2prl.node.weights.version import Weights
 from p2prl.proof import build_batch, commitment_root, encode_batch, sample_keys
 from p2prl.protocol import PatchManifest, RolloutAnnouncement, Scores, Verdict, blob_ref_for
 from p2prl.rl import derive_seed
@@ -37,24 +37,16 @@ IDLE_REFILL_S = 5.0  # after its per-version quota, a miner adds a batch this of
 KEEP_ROLLOUT_BLOBS = 32  # our announced batches kept pinned for validators and the trainer to fetch
 
 
-def _shares(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> bool:
-    """Whether ``state`` is made of the model's own tensors (one copy: nothing to write after a switch)."""
-    own = model.state_dict()
-    return all(n in own and own[n].data_ptr() == t.data_ptr() for n, t in state.items())
-
-
 class Miner:
     def __init__(self, env: RoleEnv[MinerSettings], *, share_weights: bool = True) -> None:
         """``share_weights``: the engine's model holds the version's tensors (one copy); False keeps
         them apart, for an engine that runs other weights than the version held."""
         self.env = env
-        role = open_synced_role(env, "miner", share=share_weights)
-        self.dir, self.book, self.engine, self.tok = role.dir, role.book, role.engine, role.tok
-        start = role.start
+        role = open_synced_role(env, "miner", share=share_weights, engine_state=self.engine_state)
+        self.dir, self.book, self.host, self.tok = role.dir, role.book, role.host, role.tok
+        self.engine = self.host.engine
         self.task = task_of(env)
-        self.sync = WeightSync(env, self.book, start, role.weights_dir, live=role.live)
-        self.active: Weights = start
-        self._activate(start)
+        self.sync = WeightSync(env, self.book, self.host)
         self.pinned: deque[str] = deque()
         self.batches = 0
         self._last_batch = 0.0
@@ -66,20 +58,10 @@ class Miner:
         """The weights the engine generates with: version ``w``'s own."""
         return w.state
 
-    def _activate(self, w: Weights) -> None:
-        state = self.engine_state(w)
-        write = getattr(self.engine, "write_changes", None)
-        sw = w.switch
-        if write is not None and sw is not None and state is w.state and sw.base == self.active.version:
-            if not _shares(self.engine.model, state):  # the live tensors are not the engine's own (CUDA)
-                # the switch as a value: only the changed elements, written where the engine keeps them
-                self.env.status.gauge("engine_write_bytes", write((x.name, x.start, x.positions, x.values) for x in sw.writes))
-        else:
-            self.engine.load_state_dict(state)
-        self.active = w
-        self.env.status.set(version=w.version, weights_hash=w.status_hash)
-        if self.env.settings.report_weights_sha256:
-            self.env.status.set(weights_sha256=sha256_of_state(w.state))
+    @property
+    def active(self) -> Weights:
+        """The version the engine generates with (the host's current one)."""
+        return self.host.current
 
     def _next_index(self, version: int) -> int:
         try:
@@ -120,10 +102,9 @@ class Miner:
         """The generation loop: switch between batches, then do what :func:`next_step` decides."""
         env = self.env
         while not env.stop.is_set():
-            w = self.sync.take_staged()
-            if w is not None:
-                self._activate(w)
-                log.info("switched to v%d", w.version)
+            done = self.host.switch()
+            if done:
+                log.info("switched to v%d", done[-1].version)
             step = next_step(
                 batches=self.batches,
                 max_batches=env.settings.max_batches,

@@ -1,7 +1,8 @@
 """The validator: sync weights, check announced rollout batches, publish signed verdicts and scores.
 
-It keeps the weights of the last few versions (``keep_states``) so a batch made one or two versions
-ago is checked against the model that made it, and loads them into its one model object on demand.
+Its ModelHost (``p2prl.node.weights.host``) keeps the last few versions reachable (``keep_states``)
+so a batch made one or two versions ago is checked against the model that made it, loaded into its
+one model object on demand.
 Announcements wait in a per-signer fair queue (``judgequeue.JudgeQueue``: quotas, standing
 classes, a negative cache, (signer, blob) judged once per staleness window) until the validator holds
 their version; anything older than the staleness bound or never reachable is answered with a soft
@@ -23,16 +24,14 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from p2prl.crypto import Identity
-from p2prl.lru import LRU
 from p2prl.node.runtime.pump import Handlers
 from p2prl.node.runtime.role import RoleEnv
 from p2prl.node.runtime.task import generation_params, task_of
 from p2prl.node.setup.settings import ValidatorSettings
 from p2prl.node.validator.judgequeue import GOOD, NEW, Announcement, JudgeQueue, key_of
-from p2prl.node.weights.live import LiveWeights
 from p2prl.node.weights.start import open_synced_role
 from p2prl.node.weights.sync import WeightSync
-from p2prl.node.weights.version import Weights, sha256_of_state
+from p2prl.node.weights.version import Weights
 from p2prl.proof import (
     RolloutValidator,
     ScoreBook,
@@ -61,7 +60,7 @@ if TYPE_CHECKING:
     import torch
 
     from p2prl.proof import BatchVerdict
-    from p2prl.rl import GenerationParams, RolloutEngine, Task, Tokenizer
+    from p2prl.rl import GenerationParams, Task, Tokenizer
 
 
 
@@ -80,43 +79,6 @@ def position_secret(identity: Identity) -> bytes:
     for new positions by forcing one), and nobody without the validator's key can compute it.
     """
     return bytes(identity.sign(POSITION_TAG))
-
-
-class VersionCache:
-    """The last few versions' weights, and which one is loaded in the engine's model: one set of
-    tensors (``live``, node/weights/live.py), stepped to the version asked for."""
-
-    def __init__(self, engine: RolloutEngine, keep: int, live: LiveWeights) -> None:
-        self.engine = engine
-        self.keep = keep
-        self.live = live
-        self.states: LRU[int, Weights] = LRU(keep)
-        self.loaded: int | None = None
-        self._lock = threading.Lock()
-
-    def add(self, w: Weights) -> None:
-        with self._lock:
-            self.states[w.version] = w
-
-    def newest(self) -> int:
-        with self._lock:
-            return max(self.states) if self.states else -1
-
-    def source(self, version: int) -> tuple[str, torch.nn.Module] | None:
-        """The RolloutValidator's VersionSource: (manifest hash, model) with that version loaded."""
-        with self._lock:
-            w = self.states.get(version)
-        if w is None or not w.verified:
-            return None
-        if w.state is self.live.state:
-            if not self.live.reachable(version):
-                return None
-            self.live.goto(version)
-            self.loaded = None  # the live tensors moved; the engine loads them (on the CPU: they are its own)
-        if self.loaded != version:
-            self.engine.load_state_dict(w.state)
-            self.loaded = version
-        return w.hash, self.engine.model
 
 
 PROOF_TOLERANCES = ("fingerprint_tol", "fingerprint_tol_rollout", "logprob_tol_mean", "logprob_tol_max")
@@ -153,11 +115,10 @@ class Validator:
         self.env = env
         keep = max(env.settings.keep_states, int(env.g.max_staleness) + 1)
         role = open_synced_role(env, "validator", keep)
-        self.dir, self.book, self.engine, tok = role.dir, role.book, role.engine, role.tok
-        start = role.start
-        self.cache = VersionCache(self.engine, keep, role.live)
-        self.cache.add(start)
-        self.sync = WeightSync(env, self.book, start, role.weights_dir, consecutive=True, live=role.live)
+        self.dir, self.book, self.host, tok = role.dir, role.book, role.host, role.tok
+        self.engine = self.host.engine
+        start = self.host.current
+        self.sync = WeightSync(env, self.book, self.host, consecutive=True)
         gen = generation_params(env)
         vcfg = ValidatorConfig.from_genesis(env.g, checked_per_group=env.settings.checked_per_group)
         task = task_of(env)  # built once: a data-backed task reads and hashes its file
@@ -166,7 +127,7 @@ class Validator:
         if env.settings.calibrate_tolerances:
             self.calibration = self._start_calibration(tok, task, gen, start, vcfg)
         self.checker = RolloutValidator(
-            self.cache.source, tok, task, vcfg, position_secret=position_secret(env.identity)
+            self.host.source, tok, task, vcfg, position_secret=position_secret(env.identity)
         )
         self.max_staleness = int(env.g.max_staleness)
         self.jq = JudgeQueue(self.max_staleness)
@@ -176,11 +137,6 @@ class Validator:
         self.ready: queue.Queue[tuple[Announcement, bytes | Fetch | None]] = queue.Queue(READY_MAX)
         self._last_scores = 0.0
         self._behind = False
-        self.current = start
-        env.status.set(
-            version=start.version, weights_hash=start.status_hash
-        )
-        self._report_sha(start)
         for k in PROOF_TOLERANCES:  # beside the largest errors seen (_record): how close honest miners come
             env.status.gauge(f"proof_{k}", getattr(vcfg, k))
         self._apply_calibration()  # a model calibrated here, before judging
@@ -232,10 +188,10 @@ class Validator:
         self._apply_calibration()
         return True
 
-    def _report_sha(self, w: Weights) -> None:
-        """The full-model SHA-256 for run summaries, only when asked (one hash of the model)."""
-        if self.env.settings.report_weights_sha256:
-            self.env.status.set(weights_sha256=sha256_of_state(w.state))
+    @property
+    def current(self) -> Weights:
+        """The newest version held (the host's current one); older ones are loaded on demand."""
+        return self.host.current
 
     # -- pump thread ----------------------------------------------------------------------
     def on_announcement(self, item: Announcement) -> None:
@@ -253,10 +209,7 @@ class Validator:
     def run(self) -> None:
         env = self.env
         while not env.stop.is_set():
-            for w in self.sync.take_all_staged():
-                self.cache.add(w)
-                self.current = w
-                self._report_sha(w)
+            for w in self.host.switch():
                 with self.jq_cond:
                     self.jq.judged.prune(w.version)
             self._maybe_publish_scores()

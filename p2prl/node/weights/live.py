@@ -44,7 +44,8 @@ class LiveWeights:
 
     ``keep`` versions stay reachable by :meth:`goto` (the newest and ``keep - 1`` before it), as
     long as they were reached by deltas (an anchor resets the history). Not thread-safe: the
-    role's own thread advances and steps it, between uses of the model.
+    role's own thread advances and steps it, between uses of the model, through its ModelHost
+    (node/weights/host.py); the sync thread only checks a patch against it (:meth:`prepare`).
     """
 
     def __init__(self, state: State, start: Weights, keep: int = 1) -> None:

@@ -1,22 +1,20 @@
-"""Pieces shared by the roles: generation settings from genesis, the task, the starting weights."""
+"""The weights a role starts from: the genesis model (checked, or fetched), the saved version or the
+base, and for a miner or validator the host that holds them with its engine."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from p2prl.node.runtime.assets import (
-    AssetError,
-    fetch_asset,
-    install_model_files,
-    publish_asset,
-)
+from p2prl.node.runtime.assets import AssetError, fetch_asset, install_model_files, publish_asset
 from p2prl.node.runtime.role import NodeStartError, RoleEnv
 from p2prl.node.setup.settings import RoleSettings
 from p2prl.node.weights.disk import load_base_model, load_saved_weights, model_dir_for
 from p2prl.node.weights.engine import open_engine
+from p2prl.node.weights.host import ModelHost
 from p2prl.node.weights.live import LiveWeights
 from p2prl.node.weights.version import State, Weights
 from p2prl.patch import ManifestStore
@@ -25,7 +23,7 @@ from p2prl.rl import ModelDirError, pack_files, pick_device
 if TYPE_CHECKING:
     from torch.nn import Module
 
-    from p2prl.rl import RolloutEngine, Tokenizer
+    from p2prl.rl import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -105,24 +103,27 @@ class SyncedRole:
 
     dir: Path
     book: ManifestStore
-    engine: RolloutEngine  # p2prl.rl.engine.HFEngine, or node.weights.engine.VLLMMinerEngine
+    host: ModelHost  # the live weights, the engine, the current version, the saved copy
     tok: Tokenizer
-    start: Weights
-    live: LiveWeights  # the start state, patched in place
-
-    @property
-    def weights_dir(self) -> Path:
-        return self.dir / "weights"
 
 
-def open_synced_role(env: RoleEnv[RoleSettings], name: str, keep: int = 1, share: bool = True) -> SyncedRole:
-    """The role's data directory, its manifest store, an engine and the weights to start from (held
-    once, as ``live``, which keeps ``keep`` versions reachable; without ``share`` apart from the
-    engine's model, for a role whose engine runs other weights than the version it holds)."""
+def open_synced_role(
+    env: RoleEnv[RoleSettings],
+    name: str,
+    keep: int = 1,
+    share: bool = True,
+    engine_state: Callable[[Weights], State] | None = None,
+) -> SyncedRole:
+    """The role's data directory, its manifest store, its tokenizer and the host of its weights: the
+    weights to start from, held once (``keep`` versions reachable; without ``share`` apart from the
+    engine's model, for a role whose engine runs other weights than the version it holds), and the
+    engine. A miner's engine follows the newest version (``engine_state``: what it runs for one)."""
     d = env.data_dir / name
     d.mkdir(parents=True, exist_ok=True)
     book = ManifestStore(env.network_id, env.genesis.trainer_key, d / "manifests")
-    model, tok, start, base = load_start(env, d / "weights", share)
+    weights_dir = d / "weights"
+    model, tok, start, base = load_start(env, weights_dir, share)
     live = LiveWeights(base, start, keep)
-    start = live.weights()
-    return SyncedRole(d, book, open_engine(env, name, model, tok, live), tok, start, live)
+    engine = open_engine(env, name, model, tok, live)
+    host = ModelHost(env, live, engine, weights_dir, follow=name == "miner", engine_state=engine_state)
+    return SyncedRole(d, book, host, tok)

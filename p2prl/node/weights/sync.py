@@ -1,29 +1,27 @@
-"""Weight sync for miners and validators: fetch the next version's patches, switch on demand.
+"""Weight sync for miners and validators: fetch the next version's patches, hand them to the host.
 
 The sync thread follows the newest trainer-signed manifest: it plans a path (fast path: the next
 patches; slow path after a gap, a hash mismatch or from unverified weights: the newest anchor and
 the patches after it) and fetches the blobs (peers first, S3 after). A version whose blobs are all
-held is ``staged``. A one-delta plan from the live version is also verified here, against the live
-weights (node/weights/live.py: one copy, the engine model's own tensors, only read), while the role generates.
-The role takes a staged version with :meth:`WeightSync.take_staged` at a safe point between batches:
-on its thread each patch not yet verified is verified, and then the changed elements are written in
-place, so nothing ever runs on a half-applied model and the generation pauses only for the writes. The version reached is saved to disk, so a restart resumes from it.
+held is ``staged``: handed to the role's :class:`~p2prl.node.weights.host.ModelHost`. A one-delta
+plan from the live version is also verified here, against the live weights (node/weights/live.py:
+one copy, the engine model's own tensors, only read), while the role generates. The role switches
+with :meth:`ModelHost.switch` at a safe point between batches: on its thread each patch not yet
+verified is verified, and then the changed elements are written in place, so nothing ever runs on a
+half-applied model and the generation pauses only for the writes. The version reached is saved to
+disk, so a restart resumes from it.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from dataclasses import replace
-from pathlib import Path
 
 from p2prl.net import Incoming
 from p2prl.node.runtime.role import RoleEnv
 from p2prl.node.setup.settings import RoleSettings
-from p2prl.node.weights.disk import save_weights
 from p2prl.node.weights.fetching import fetch_while_progressing
-from p2prl.node.weights.live import LiveWeights, Prepared
+from p2prl.node.weights.host import ModelHost, Staged
 from p2prl.node.weights.version import Weights
 from p2prl.patch import ManifestError, ManifestStore, PatchError, plan_sync
 from p2prl.protocol import PatchManifest
@@ -40,61 +38,26 @@ class SyncError(Exception):
 
 
 class WeightSync:
+    """The sync thread's loop and the pump's manifest handler: plans and fetches, and hands each
+    version whose blobs are held to the :class:`ModelHost` (which alone switches the tensors)."""
+
     def __init__(
         self,
         env: RoleEnv[RoleSettings],
         book: ManifestStore,
-        start: Weights,
-        weights_dir: Path,
+        host: ModelHost,
         *,
-        live: LiveWeights,
         consecutive: bool = False,
     ) -> None:
         self.env = env
         self.book = book
-        self.weights_dir = Path(weights_dir)
+        self.host = host
         self.consecutive = consecutive  # stage every version (validators check batches of each)
-        self._lock = threading.Lock()
-        self.live = live
-        self._plans: dict[int, list[PatchManifest]] = {}  # fetched, applied when taken
-        self._prepared: dict[int, Prepared] = {}  # of those, checked against the live weights already
-        self._current = start
-        self._switching: Weights | None = None  # the newest version being applied
-        self._staged: list[Weights] = []
         self._slow = False
         self._last_s3 = 0.0
         self._failures = 0
-        env.status.set(version=start.version, weights_hash=start.status_hash, sync_state="synced")
-
-    # -- what the role sees ------------------------------------------------------
-    @property
-    def current(self) -> Weights:
-        with self._lock:
-            return self._current
-
-    def take_staged(self) -> Weights | None:
-        """The newest version reached if any was staged; it becomes current."""
-        staged = self.take_all_staged()
-        if not staged:
-            return None
-        switch = staged[0].switch
-        for w in staged[1:]:  # one switch from the version the role ran: the writes of each in turn
-            switch = None if switch is None or w.switch is None else switch.then(w.switch)
-        return replace(staged[-1], switch=switch)
-
-    def take_all_staged(self) -> list[Weights]:
-        """Every version reached of those staged since the last call, oldest first (applied in
-        place up to the first bad patch); the newest becomes current."""
-        with self._lock:
-            out, self._staged = self._staged, []
-            if out:  # the sync thread plans on from it while the role applies
-                self._switching = out[-1]
-        if out:
-            out = self._switch(out)
-        if out:
-            self.env.status.set(version=out[-1].version, weights_hash=out[-1].status_hash)
-            self._set_state()
-        return out
+        host.listen(self._switched)
+        env.status.set(sync_state="synced")
 
     def on_manifest(self, item: Incoming[PatchManifest]) -> None:
         """Pump handler: a gossiped manifest, kept if the trainer signed it and it conflicts with none held."""
@@ -106,7 +69,7 @@ class WeightSync:
 
     def target_version(self) -> int:
         m = self.book.newest()
-        return m.version if m else self.current.version
+        return m.version if m else self.host.current.version
 
     # -- the sync thread ---------------------------------------------------------
     def run(self) -> None:
@@ -114,7 +77,7 @@ class WeightSync:
         backoff = 0.5
         while not env.stop.is_set():
             self._poll_s3()
-            base = self._base()
+            base = self.host.base()
             target = self.book.newest()
             self._set_state()
             if target is None or not _behind(base, target.version):
@@ -126,7 +89,7 @@ class WeightSync:
                 if nxt is not None and nxt.base_hash == base.hash:
                     target = nxt
             try:
-                w = self.advance(base, target)
+                staged = self.advance(base, target)
             except Exception as e:  # a bad patch or a failed fetch never stops the loop
                 self._failures += 1
                 self._count_failure(e)
@@ -137,23 +100,25 @@ class WeightSync:
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
                 continue
             backoff = 0.5
-            with self._lock:
-                self._staged.append(w)  # each staged plan starts where the previous one ends
+            self.host.stage(staged)  # each staged plan starts where the previous one ends
             self._slow = False
-            env.status.record_hash(w.version, target.result_hash)
-            self._retain(w.version)
+            env.status.record_hash(staged.version, target.result_hash)
+            self._retain(staged.version)
             self._set_state()
 
-    def _base(self) -> Weights:
-        with self._lock:
-            return self._staged[-1] if self._staged else self._switching or self._current
+    def _switched(self, done: list[Weights], error: Exception | None) -> None:
+        """After the host's switch (the role's thread): a bad patch sends the next sync through an anchor."""
+        if error is not None:
+            self._count_failure(error)
+            self._slow = True
+        if done:
+            self._set_state()
 
     def _set_state(self) -> None:
         m = self.book.newest()
-        tv = max(m.version if m else 0, self.current.version)
-        with self._lock:
-            staged = bool(self._staged)
-        cur = self.current.version
+        tv = max(m.version if m else 0, self.host.current.version)
+        staged = self.host.has_staged()
+        cur = self.host.current.version
         if staged:
             state = "staged"
         elif tv > cur:
@@ -177,7 +142,7 @@ class WeightSync:
             return
         have = set(self.book.versions())
         newest = max(ready, default=-1)
-        if not _behind(self._base(), newest):
+        if not _behind(self.host.base(), newest):
             return
         anchor_interval = self.env.g.patch.anchor_interval
         wanted = [v for v in ready if v > newest - 2 * anchor_interval - 1 and v not in have]
@@ -189,10 +154,10 @@ class WeightSync:
                 log.warning("s3 manifest v%d rejected: %s", v, e)
 
     # -- one sync step -----------------------------------------------------------
-    def advance(self, base: Weights, target: PatchManifest) -> Weights:
+    def advance(self, base: Weights, target: PatchManifest) -> Staged:
         """Fetch the blobs of a path to ``target`` from ``base`` (or from an anchor: always from
-        unverified weights) and keep the plan for :meth:`_switch`. Returns the version it promises:
-        the manifest's result hash, no tensors yet."""
+        unverified weights) and check a one-delta path against the live tensors. Returns the version
+        it promises (the manifest's result hash) with its plan, for the host to switch to."""
         manifests = self.book.all()
         t0 = time.monotonic()
         have_v, have_h = (None, None) if self._slow or not base.verified else (base.version, base.hash)
@@ -205,44 +170,10 @@ class WeightSync:
             self._fetch(m)
         self.env.status.gauge("patch_fetch_ms", (time.monotonic() - t0) * 1000)
         t1 = time.monotonic()
-        prepared = self.live.prepare(plan, self.env.store.get)  # beside generation: the switch only writes
+        prepared = self.host.prepare(plan, self.env.store.get)  # beside generation: the switch only writes
         if prepared is not None:
             self.env.status.gauge("patch_verify_ms", (time.monotonic() - t1) * 1000)
-        with self._lock:
-            self._plans[target.version] = plan
-            if prepared is not None:
-                self._prepared[target.version] = prepared
-        return Weights(target.version, target.result_hash, {})
-
-    def _switch(self, pending: list[Weights]) -> list[Weights]:
-        """Verify and apply the fetched plans in place, oldest first, up to the first bad one
-        (then the next sync starts from an anchor); saves and returns the versions reached."""
-        st, done = self.env.status, []
-        with self._lock:
-            plans = [self._plans.pop(w.version, None) for w in pending]
-            prepared = [self._prepared.pop(w.version, None) for w in pending]
-            self._plans.clear()
-            self._prepared.clear()
-        for w, plan, ready in zip(pending, plans, prepared, strict=True):
-            t0 = time.monotonic()
-            try:
-                if plan is None:
-                    raise SyncError(f"no fetched plan for v{w.version}")
-                done.append(self.live.advance(plan, self.env.store.get, ready))
-            except (PatchError, SyncError) as e:
-                self._count_failure(e)
-                log.warning("switch to v%d failed: %s", w.version, e)
-                self._slow = True
-                break
-            st.incr("patches_applied", len(plan))
-            st.incr("patch_bytes_total", sum(m.blob.size for m in plan))
-            st.gauge("patch_last_bytes", plan[-1].blob.size)
-            st.gauge("patch_apply_ms", (time.monotonic() - t0) * 1000)
-        with self._lock:
-            self._current, self._switching = self.live.weights(), None
-        if done:
-            save_weights(done[-1], self.weights_dir)
-        return done
+        return Staged(target.version, target.result_hash, plan, prepared)
 
     def _count_failure(self, e: BaseException) -> None:
         st = self.env.status

@@ -34,18 +34,3 @@ def test_unverified_or_too_stale_weights_make_nothing() -> None:
 def test_max_batches_stops_production_before_anything_else() -> None:
     assert step(max_batches=3, verified=False) == Step(1.0)
     assert step(max_batches=4) == Step()
-
-
-def test_a_switch_is_written_into_an_engine_only_when_it_holds_its_own_copy() -> None:
-    """On the CPU the live tensors are the engine's own (nothing to write after a switch); on CUDA,
-    or with ``share_weights=False``, they are apart and the switch's writes go to the engine."""
-    import torch
-
-    from p2prl.node.miner.miner import _shares
-    from p2prl.rl.model import unique_state
-
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)).to(torch.bfloat16)
-    state = unique_state(model)
-    assert _shares(model, state)
-    assert not _shares(model, {k: v.clone() for k, v in state.items()})
-    assert not _shares(model, {**state, "0.weight": state["0.weight"].clone()})

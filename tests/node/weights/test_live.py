@@ -40,13 +40,6 @@ def bits_equal(a, b):
     return set(a) == set(b) and all((uint_view(a[k]) == uint_view(b[k])).all() for k in a)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    from p2prl.rl.randmodel import build_random_model_dir
-
-    return build_random_model_dir(tmp_path_factory.mktemp("live") / "m", "qwen2")
-
-
 def _model(model_dir):
     from p2prl.rl.modeldir import load_weights_model
 

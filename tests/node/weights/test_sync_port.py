@@ -20,6 +20,7 @@ from p2prl.node.runtime.runtime import NodeRuntime
 from p2prl.node.setup.netinit import NetworkSpec, genesis_from_spec
 from p2prl.node.setup.settings import MinerSettings
 from p2prl.node.weights.disk import load_saved_weights
+from p2prl.node.weights.host import ModelHost
 from p2prl.node.weights.live import LiveWeights
 from p2prl.node.weights.sync import WeightSync
 from p2prl.node.weights.version import Weights
@@ -48,11 +49,13 @@ def local_build() -> dict[str, torch.Tensor]:
     return {"w": torch.zeros(48, 32, dtype=torch.bfloat16), "b": torch.zeros(32, dtype=torch.bfloat16)}
 
 
-def follower(rt: NodeRuntime, book: ManifestStore, weights_dir: Path) -> tuple[WeightSync, LiveWeights]:
-    """A follower starting unverified at version 0, its weights held once (as open_synced_role)."""
+def follower(rt: NodeRuntime, book: ManifestStore, weights_dir: Path) -> tuple[WeightSync, ModelHost]:
+    """A follower starting unverified at version 0, its weights held once (as open_synced_role); no
+    engine: it only syncs."""
     base = local_build()
-    live = LiveWeights(base, Weights.unverified(0, base))
-    return WeightSync(rt.env(MinerSettings), book, live.weights(), weights_dir, live=live), live
+    env = rt.env(MinerSettings)
+    host = ModelHost(env, LiveWeights(base, Weights.unverified(0, base)), None, weights_dir, follow=False)  # type: ignore[arg-type]
+    return WeightSync(env, book, host), host
 
 
 def deliver(rt: NodeRuntime, sync: WeightSync) -> None:
@@ -60,13 +63,13 @@ def deliver(rt: NodeRuntime, sync: WeightSync) -> None:
         sync.on_manifest(item)
 
 
-def take(sync: WeightSync, version: int, timeout: float = 20) -> Weights:
-    """What the role's loop does: take staged versions until ``version`` is reached."""
+def take(host: ModelHost, version: int, timeout: float = 20) -> Weights:
+    """What the role's loop does: switch to staged versions until ``version`` is reached."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        w = sync.take_staged()
-        if w is not None and w.version >= version:
-            return w
+        done = host.switch()
+        if done and done[-1].version >= version:
+            return done[-1]
         time.sleep(0.05)
     raise AssertionError(f"v{version} not reached")
 
@@ -81,7 +84,7 @@ def test_follower_syncs_through_the_port_and_refuses_a_fork(tmp_path: Path) -> N
     chain = ChainPublisher(tmp_path / "trainer" / "chain", TRAINER, NET, anchor_interval=2, store=trainer.store)
     miner = hub.runtime("miner", MINER, tmp_path / "miner")
     book = ManifestStore(NET, TRAINER.public_key, tmp_path / "miner" / "manifests")
-    sync, _ = follower(miner, book, tmp_path / "miner" / "weights")
+    sync, host = follower(miner, book, tmp_path / "miner" / "weights")
     want = states(4)
     for s in want:
         for item in chain.publish(s).items:
@@ -99,7 +102,8 @@ def test_follower_syncs_through_the_port_and_refuses_a_fork(tmp_path: Path) -> N
     deadline = time.monotonic() + 20
     staged = None
     while staged is None and time.monotonic() < deadline:
-        staged = sync.take_staged()
+        done = host.switch()
+        staged = done[-1] if done else None
         time.sleep(0.05)
     miner.stop.set()
     t.join(10)
@@ -121,7 +125,8 @@ class Net:
         self.miner = hub.runtime("miner", MINER, tmp_path / "miner")
         self.book = ManifestStore(NET, TRAINER.public_key, tmp_path / "miner" / "manifests")
         self.weights_dir = tmp_path / "miner" / "weights"
-        self.sync, self.live = follower(self.miner, self.book, self.weights_dir)
+        self.sync, self.host = follower(self.miner, self.book, self.weights_dir)
+        self.live = self.host.live
 
     def publish(self, s: dict[str, torch.Tensor]) -> None:
         for item in self.chain.publish(s).items:
@@ -147,7 +152,7 @@ def test_unverified_start_is_never_a_patch_base_and_syncs_from_an_anchor(tmp_pat
     delta to version 1 is refused on it, nothing is saved, and sync goes through version 0's anchor;
     from the verified version on, deltas apply and are saved."""
     net, want = Net(tmp_path), states(3)
-    assert not net.sync.current.verified and net.sync.current.hash is None
+    assert not net.host.current.verified and net.host.current.hash is None
     assert net.miner.status.snapshot()["weights_hash"] == ""  # the status shows unverified as ""
     net.publish(want[0])
     net.publish(want[1])
@@ -162,13 +167,13 @@ def test_unverified_start_is_never_a_patch_base_and_syncs_from_an_anchor(tmp_pat
 
     t = net.running()
     try:
-        w = take(net.sync, 1)
+        w = take(net.host, 1)
         assert w.verified and w.hash == delta.result_hash and bits_equal(w.state, want[1])
         assert net.counter("slow_path_syncs") == 1  # anchor 0, then delta 1
         saved = load_saved_weights(net.weights_dir)
         assert saved is not None and saved.version == 1 and saved.hash == delta.result_hash
         net.publish(want[2])  # verified now: the next delta applies on it, no second anchor
-        w = take(net.sync, 2)
+        w = take(net.host, 2)
         assert w.hash == net.book.get(2, "delta").result_hash and bits_equal(net.live.state, want[2])
         assert net.counter("slow_path_syncs") == 1 and net.counter("sync_failures") == 0
         assert net.miner.status.snapshot()["weights_hash"] == w.hash
@@ -182,7 +187,7 @@ def test_unverified_start_at_the_head_version_takes_its_anchor(tmp_path: Path) -
     net.publish(want[0])
     t = net.running()
     try:
-        w = take(net.sync, 0)
+        w = take(net.host, 0)
         assert w.verified and w.hash == net.book.get(0, "anchor").result_hash and bits_equal(w.state, want[0])
         assert net.counter("slow_path_syncs") == 1
     finally:
@@ -196,7 +201,7 @@ def test_a_patch_that_misses_its_signed_hash_is_counted_and_never_applied(tmp_pa
     net.publish(want[0])
     t = net.running()
     try:
-        take(net.sync, 0)
+        take(net.host, 0)
         pv = net.chain.publish(want[1])
         for item in pv.items:
             net.trainer.net.serve(item.manifest.blob)
@@ -205,9 +210,9 @@ def test_a_patch_that_misses_its_signed_hash_is_counted_and_never_applied(tmp_pa
         deliver(net.miner, net.sync)
         deadline = time.monotonic() + 20
         while net.counter("hash_mismatches") == 0 and time.monotonic() < deadline:
-            assert net.sync.take_staged() is None
+            assert net.host.switch() == []
             time.sleep(0.05)
         assert net.counter("hash_mismatches") >= 1
-        assert net.sync.current.version == 0 and bits_equal(net.live.state, want[0])
+        assert net.host.current.version == 0 and bits_equal(net.live.state, want[0])
     finally:
         net.stop(t)
