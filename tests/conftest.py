@@ -39,7 +39,7 @@ def make_node(tmp_path: Path) -> Iterator:
 @pytest.fixture(scope="session")
 def model_cache() -> Path:
     """The shared model cache (``$P2PRL_CACHE`` or ~/.cache/p2prl): the model is built once per machine."""
-    from p2prl.node.netinit import base_model_info
+    from p2prl.node.setup.netinit import base_model_info
     from p2prl.rl.local import default_cache_dir  # torch: loaded only by the tests that need a model
 
     cache = default_cache_dir()

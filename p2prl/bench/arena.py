@@ -17,18 +17,18 @@ from p2prl.crypto.keys import Identity, load_or_create_identity
 from p2prl.net.gossip import Incoming
 from p2prl.net.identity import peer_id_for
 from p2prl.net.ports import free_port
-from p2prl.node.common import generation_params, task_of
-from p2prl.node.config import NodeConfig
-from p2prl.node.genesis import write_genesis
-from p2prl.node.netinit import NetworkSpec, base_model_info, genesis_from_spec
-from p2prl.node.runtime import NodeRuntime
-from p2prl.node.settings import TrainerSettings, ValidatorSettings
-from p2prl.node.startup import build_runtime
+from p2prl.node.runtime.runtime import NodeRuntime
+from p2prl.node.runtime.startup import build_runtime
+from p2prl.node.runtime.task import generation_params, task_of
+from p2prl.node.setup.config import NodeConfig
+from p2prl.node.setup.genesis import write_genesis
+from p2prl.node.setup.netinit import NetworkSpec, base_model_info, genesis_from_spec
+from p2prl.node.setup.settings import TrainerSettings, ValidatorSettings
 from p2prl.protocol.messages import Message, RolloutAnnouncement, Verdict, decode_message, encode_message
 
 if TYPE_CHECKING:
-    from p2prl.node.trainer import Trainer
-    from p2prl.node.validator import Validator
+    from p2prl.node.trainer.trainer import Trainer
+    from p2prl.node.validator.validator import Validator
 
 NETWORK = "arena-net"
 
@@ -134,8 +134,8 @@ def verdicts_at_trainer(arena: Arena, n: int, *miners: Identity, timeout: float 
 
 def make_arena(tmp: Path, model_cache: Path, validators: int = 2, hosts: int = 1, groups: int = 2) -> Arena:
     """Build (not start) a trainer, ``validators`` validators and ``hosts`` plain hosts, connected."""
-    from p2prl.node.trainer import Trainer
-    from p2prl.node.validator import Validator
+    from p2prl.node.trainer.trainer import Trainer
+    from p2prl.node.validator.validator import Validator
 
     vnames = [f"validator{i}" for i in range(validators)]
     hnames = [f"miner{i}" for i in range(hosts)]

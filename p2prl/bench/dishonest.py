@@ -11,11 +11,11 @@ from collections.abc import Callable
 
 import torch
 
-from p2prl.node.miner import Miner
-from p2prl.node.role import RoleEnv
-from p2prl.node.runtime import NodeRuntime
-from p2prl.node.settings import MinerSettings
-from p2prl.node.weights import Weights
+from p2prl.node.miner.miner import Miner
+from p2prl.node.runtime.role import RoleEnv
+from p2prl.node.runtime.runtime import NodeRuntime
+from p2prl.node.setup.settings import MinerSettings
+from p2prl.node.weights.version import Weights
 
 
 def perturb_state(state: dict[str, torch.Tensor], rel: float, seed: int = 0) -> dict[str, torch.Tensor]:

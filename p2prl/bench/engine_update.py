@@ -39,8 +39,8 @@ import torch
 
 from p2prl.bench.trainer import synthetic_groups
 from p2prl.crypto import Identity
-from p2prl.node.live import LiveWeights
-from p2prl.node.weights import Weights
+from p2prl.node.weights.live import LiveWeights
+from p2prl.node.weights.version import Weights
 from p2prl.patch import ChainPublisher, ManifestStore, plan_sync, uint_view, weights_hash
 from p2prl.rl import GenerationParams, HFEngine, load_tokenizer, load_weights_model, open_vllm, unique_state
 from p2prl.rl.distributed import make_learner

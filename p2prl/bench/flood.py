@@ -50,9 +50,9 @@ def _role_process(root: str, model_cache: str, name: str, listen: str, dial: lis
     the arena's node ``name`` in its own process. Writes ``<name>.addr`` once up; the trainer appends
     each batch it releases (``signer blob wall-time``) to ``released.log``; on ``stop`` it writes
     ``<name>.json`` (its status, and the validator's scores) and exits."""
-    from p2prl.node.config import NodeConfig
-    from p2prl.node.settings import TrainerSettings, ValidatorSettings
-    from p2prl.node.startup import build_runtime
+    from p2prl.node.runtime.startup import build_runtime
+    from p2prl.node.setup.config import NodeConfig
+    from p2prl.node.setup.settings import TrainerSettings, ValidatorSettings
 
     d = Path(root)
     role = name.rstrip("0123456789")
@@ -69,12 +69,12 @@ def _role_process(root: str, model_cache: str, name: str, listen: str, dial: lis
     )
     try:
         if role == "trainer":
-            from p2prl.node.trainer import Trainer
+            from p2prl.node.trainer.trainer import Trainer
 
             obj: Any = Trainer(rt.env(TrainerSettings))
             rt.start(obj, only={"fetch0"})
         else:
-            from p2prl.node.validator import Validator
+            from p2prl.node.validator.validator import Validator
 
             obj = Validator(rt.env(ValidatorSettings))
             if hasattr(obj, "wait_calibrated"):  # judged with the tolerances a settled validator has
@@ -145,8 +145,8 @@ def _attack(
     keys for ``seconds``; every second one squats the latest honest announcement it has seen.
     ``signal``: write ``attacker<n>.ready`` once flooding, stop when ``stop_flood`` exists, and write
     the count sent to ``attacker<n>.sent``."""
-    from p2prl.node.config import NodeConfig
-    from p2prl.node.startup import build_runtime
+    from p2prl.node.runtime.startup import build_runtime
+    from p2prl.node.setup.config import NodeConfig
 
     rt = build_runtime(
         NodeConfig(

@@ -2,7 +2,7 @@
 
 Each (size, role) runs in a fresh process that does what the role holds and runs: a miner or validator
 loads one bf16 copy (the node's state of the current version is the model's own tensors), switches to
-the next version the way a node does (the patch verified, then applied in place: node/live.py) and
+the next version the way a node does (the patch verified, then applied in place: node/weights/live.py) and
 generates (the validator also runs the teacher-forced recomputation); the trainer holds fp32 masters
 and AdamW state and takes one GRPO step.
 Models are random-init Qwen2 directories (``p2prl.rl.randmodel``). Networking is not included: the
@@ -87,8 +87,8 @@ def measure_role(model_dir: Path, role: str) -> dict[str, Any]:
 
 def _switch_version(state: dict[str, Any], patch_file: Path) -> None:
     """Verify the next version's patch against ``state`` and apply it in place, as a node does."""
-    from p2prl.node.live import LiveWeights
-    from p2prl.node.weights import Weights
+    from p2prl.node.weights.live import LiveWeights
+    from p2prl.node.weights.version import Weights
     from p2prl.patch.format import CODEC
     from p2prl.patch.hashing import weights_hash
     from p2prl.protocol.blobs import blob_ref_for

@@ -475,7 +475,7 @@ def honest_acceptance(
     miner judged on a CPU validator) shows what crossing devices costs. ``train_steps`` first trains
     the model that many GRPO-shaped steps (a trained policy's logits are larger and peakier than a
     random init's, which is where bf16 rounding shows); ``max_new_tokens`` overrides the completion
-    length. ``engine="vllm"``: the miner is a vLLM miner (``node.engine.VLLMMinerEngine``: vLLM picks
+    length. ``engine="vllm"``: the miner is a vLLM miner (``node.weights.engine.VLLMMinerEngine``: vLLM picks
     the tokens, one teacher-forced transformers pass gives the states and logprobs) on the model
     written to a directory; vLLM batches by itself, so batch sizes and threads do not apply (one row,
     batch 0, threads 0); a model vLLM cannot run is skipped with the reason."""
@@ -557,7 +557,7 @@ def _vllm_miner(model: Any, tokenizer: Any, device: str) -> Any:
     """A vLLM miner on ``model`` (written to a temporary directory), or why vLLM cannot run it."""
     import tempfile
 
-    from p2prl.node.engine import VLLMMinerEngine
+    from p2prl.node.weights.engine import VLLMMinerEngine
     from p2prl.rl import open_vllm, vllm_unsupported
 
     d = Path(tempfile.mkdtemp(prefix="p2prl-honest-vllm-"))

@@ -48,10 +48,15 @@ def main(model_dir: str, density: float, versions: int) -> list[dict[str, Any]]:
 
 def _measure(work: str, state: dict[str, Any], step: Any, density: float, versions: int) -> list[dict[str, Any]]:
     from p2prl.crypto import Identity
-    from p2prl.node.live import LiveWeights
-    from p2prl.node.weights import Weights
     from p2prl.patch import ChainPublisher, ManifestStore, plan_sync
     from p2prl.store import BlobStore
+
+    try:
+        from p2prl.node.weights.live import LiveWeights
+        from p2prl.node.weights.version import Weights
+    except ImportError:  # a tree from before p2prl.node's subpackages
+        from p2prl.node.live import LiveWeights  # type: ignore[no-redef]
+        from p2prl.node.weights import Weights  # type: ignore[no-redef]
 
     pub = ChainPublisher(Path(work) / "t", Identity.generate(), "switch-cost", anchor_interval=10**6)
     store, index = BlobStore(Path(work) / "n"), ManifestStore("switch-cost", pub.identity.public_key)

@@ -1,6 +1,6 @@
 """``p2prl node``, ``p2prl network init|show``, ``p2prl demo`` and ``p2prl dashboard``.
 
-The ``node`` command's options are generated from :class:`p2prl.node.config.NodeConfig`, so flags,
+The ``node`` command's options are generated from :class:`p2prl.node.setup.config.NodeConfig`, so flags,
 TOML keys, environment variables and the docs always name the same settings.
 """
 

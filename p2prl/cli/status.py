@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-PORT_FILE = "status.port"  # what a node writes in its data directory (p2prl.node.http)
+PORT_FILE = "status.port"  # what a node writes in its data directory (p2prl.node.runtime.http)
 
 
 def status_url(target: str) -> str:

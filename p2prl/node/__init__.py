@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING
 from p2prl.lazyexports import lazy_exports
 
 if TYPE_CHECKING:
-    from p2prl.node.config import ENV_PREFIX, ConfigError, NodeConfig, load_config
-    from p2prl.node.genesis import GenesisError, read_genesis, write_genesis
-    from p2prl.node.journal import JOURNAL_DIR, find_envelopes
-    from p2prl.node.netinit import (
+    from p2prl.node.run import run_node
+    from p2prl.node.runtime.journal import JOURNAL_DIR, find_envelopes
+    from p2prl.node.runtime.role import NodeStartError
+    from p2prl.node.setup.config import ENV_PREFIX, ConfigError, NodeConfig, load_config
+    from p2prl.node.setup.genesis import GenesisError, read_genesis, write_genesis
+    from p2prl.node.setup.netinit import (
         NetworkSpec,
         describe_model,
         genesis_from_spec,
@@ -19,10 +21,8 @@ if TYPE_CHECKING:
         spec_warnings,
         with_model_defaults,
     )
-    from p2prl.node.role import NodeStartError
-    from p2prl.node.run import run_node
-    from p2prl.node.validator import position_secret
-    from p2prl.node.weights import load_saved_weights
+    from p2prl.node.validator.validator import position_secret
+    from p2prl.node.weights.disk import load_saved_weights
 
 __all__ = [
     "ENV_PREFIX",

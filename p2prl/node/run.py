@@ -3,7 +3,7 @@
 SIGINT/SIGTERM stop the node cleanly (threads finish their step, the host shuts down, state is on
 disk; a miner's or validator's threads get ``FINISH_STEP_S``, then the host stops under them, so a
 fetch from a peer that is gone ends at once). Before anything starts, the data directory is locked
-and the ports checked (``p2prl.node.preflight``). SIGUSR1 asks a trainer to stop publishing new
+and the ports checked (``p2prl.node.runtime.preflight``). SIGUSR1 asks a trainer to stop publishing new
 versions while it keeps serving (the demo uses it to let miners catch up before it reads the final
 state).
 """
@@ -16,13 +16,13 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
-from p2prl.node.config import NodeConfig
-from p2prl.node.http import StatusServer
-from p2prl.node.preflight import DataDirLock, PreflightError, check_listen, check_port_free
-from p2prl.node.role import NodeStartError, Role
-from p2prl.node.runtime import NodeRuntime
-from p2prl.node.settings import MinerSettings, TrainerSettings, ValidatorSettings
-from p2prl.node.startup import build_runtime
+from p2prl.node.runtime.http import StatusServer
+from p2prl.node.runtime.preflight import DataDirLock, PreflightError, check_listen, check_port_free
+from p2prl.node.runtime.role import NodeStartError, Role
+from p2prl.node.runtime.runtime import NodeRuntime
+from p2prl.node.runtime.startup import build_runtime
+from p2prl.node.setup.config import NodeConfig
+from p2prl.node.setup.settings import MinerSettings, TrainerSettings, ValidatorSettings
 
 log = logging.getLogger(__name__)
 
@@ -76,14 +76,14 @@ def make_role(rt: NodeRuntime) -> Role:
     """The node's role; only that role's module is imported (a miner loads no learner)."""
     role = rt.config.role
     if role == "miner":
-        from p2prl.node.miner import Miner
+        from p2prl.node.miner.miner import Miner
 
         return Miner(rt.env(MinerSettings))
     if role == "validator":
-        from p2prl.node.validator import Validator
+        from p2prl.node.validator.validator import Validator
 
         return Validator(rt.env(ValidatorSettings))
-    from p2prl.node.trainer import Trainer
+    from p2prl.node.trainer.trainer import Trainer
 
     return Trainer(rt.env(TrainerSettings))
 

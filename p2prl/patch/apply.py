@@ -95,7 +95,7 @@ class PatchApplier:
     empty dict. ``record`` (a list) receives, per segment, what it changed: ``(tensor index, start,
     positions or None for a dense segment, old XOR new bit patterns)``, enough to step the result
     back to the base and forward again in place; with ``verify_only`` it is what a caller XORs into
-    ``base`` once the patch checked out (node/live.py: one decode per switch, not two). ``values``
+    ``base`` once the patch checked out (node/weights/live.py: one decode per switch, not two). ``values``
     (a list) receives beside it each segment's new bit patterns (at the positions; dense: all), so
     that write needs no read of the old ones.
     """

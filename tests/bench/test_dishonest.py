@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from p2prl.bench.dishonest import perturb_state
 from p2prl.cli.main import app
 from p2prl.demo.launcher import DemoOptions, _node_args
-from p2prl.node.config import NodeConfig
+from p2prl.node.setup.config import NodeConfig
 
 
 def test_perturb_state_is_relative_and_deterministic() -> None:

@@ -8,16 +8,16 @@ from typer.testing import CliRunner
 
 from p2prl.cli.main import app
 from p2prl.crypto.keys import Identity, save_identity
-from p2prl.node.config import NodeConfig
-from p2prl.node.http import StatusServer
-from p2prl.node.status import NodeStatus
+from p2prl.node.runtime.http import StatusServer
+from p2prl.node.runtime.status import NodeStatus
+from p2prl.node.setup.config import NodeConfig
 
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
 def model_cache() -> Path:
-    from p2prl.node.netinit import base_model_info
+    from p2prl.node.setup.netinit import base_model_info
     from p2prl.rl.local import default_cache_dir
 
     cache = default_cache_dir()

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from p2prl.cli.main import app
 from p2prl.cli.progress import transfer_progress
-from p2prl.node.http import StatusServer
-from p2prl.node.status import NodeStatus
+from p2prl.node.runtime.http import StatusServer
+from p2prl.node.runtime.status import NodeStatus
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from p2prl.cli.main import app
 from p2prl.crypto import Identity, save_identity
 from p2prl.node import NetworkSpec, genesis_from_spec, write_genesis
-from p2prl.node.journal import JOURNAL_DIR, Journal
-from p2prl.node.netinit import base_model_info
+from p2prl.node.runtime.journal import JOURNAL_DIR, Journal
+from p2prl.node.setup.netinit import base_model_info
 from p2prl.proof import mine_batch
 from p2prl.protocol import encode_message
 from p2prl.rl import (

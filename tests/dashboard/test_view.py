@@ -4,8 +4,8 @@ from rich.console import Console
 
 from p2prl.dashboard.live import poll
 from p2prl.dashboard.view import render, reward_series, sparkline
-from p2prl.node.http import StatusServer
-from p2prl.node.status import NodeStatus
+from p2prl.node.runtime.http import StatusServer
+from p2prl.node.runtime.status import NodeStatus
 
 
 def node(role: str, key: str, version: int) -> NodeStatus:

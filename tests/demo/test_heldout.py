@@ -7,7 +7,8 @@ from typer.testing import CliRunner
 
 from p2prl.cli.main import app
 from p2prl.demo.heldout import held_out
-from p2prl.node.weights import Weights, save_weights
+from p2prl.node.weights.disk import save_weights
+from p2prl.node.weights.version import Weights
 from p2prl.rl import build_default_model, load_model, unique_state, weights_hash
 
 

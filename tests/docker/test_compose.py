@@ -140,7 +140,7 @@ def node_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def node_config(svc: dict[str, Any]) -> Any:
     """The NodeConfig the node would load: image ENV < service environment < flags."""
-    from p2prl.node.config import ENV_PREFIX, load_config
+    from p2prl.node.setup.config import ENV_PREFIX, load_config
 
     resolved = cli_check.resolve(svc["command"])
     env = {**image_env(), **env_of(svc)}
@@ -220,7 +220,7 @@ def test_node_settings_are_accepted(compose: dict[str, Any]) -> None:
 
 def test_no_misspelt_settings(compose: dict[str, Any]) -> None:
     """The node ignores P2PRL_ variables it does not know, so a typo would silently do nothing: none here."""
-    from p2prl.node.config import ENV_PREFIX, FIELDS
+    from p2prl.node.setup.config import ENV_PREFIX, FIELDS
 
     known = {ENV_PREFIX + n.upper() for n in FIELDS} | {"P2PRL_CONFIG", "P2PRL_LOG_LEVEL"}
     for name, svc in node_services(compose).items():
@@ -510,7 +510,7 @@ def test_init_script_runs(compose: dict[str, Any], tmp_path: Path) -> None:
 
     from p2prl.crypto.keys import load_identity
     from p2prl.net.identity import peer_id_for
-    from p2prl.node.genesis import read_genesis
+    from p2prl.node.setup.genesis import read_genesis
 
     g = read_genesis(genesis).genesis
     trainer = load_identity(tmp_path / "keys" / "trainer" / "node.key")

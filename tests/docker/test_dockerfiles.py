@@ -206,8 +206,8 @@ def test_build_runtime_builds_the_package(tmp_path: Path) -> None:
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_healthcheck_probes_a_real_status_server(dockerfile: Path, tmp_path: Path) -> None:
     """Run the HEALTHCHECK's command against the node's status server: healthy while it serves, not after."""
-    from p2prl.node.http import StatusServer
-    from p2prl.node.status import NodeStatus
+    from p2prl.node.runtime.http import StatusServer
+    from p2prl.node.runtime.status import NodeStatus
 
     _, stages = parse_dockerfile(dockerfile)
     final = stages[-1]

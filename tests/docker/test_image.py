@@ -140,8 +140,8 @@ def test_miner_container_joins_a_host_network(
     from p2prl.demo import Supervisor
     from p2prl.net.identity import peer_id_for
     from p2prl.net.ports import free_port
-    from p2prl.node.genesis import write_genesis
-    from p2prl.node.netinit import NetworkSpec, base_model_info, genesis_from_spec
+    from p2prl.node.setup.genesis import write_genesis
+    from p2prl.node.setup.netinit import NetworkSpec, base_model_info, genesis_from_spec
     from p2prl.rl.local import default_cache_dir
 
     gw = _bridge_gateway()

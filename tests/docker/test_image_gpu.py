@@ -50,8 +50,8 @@ def image() -> str:
 def network(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A genesis and its base model, readable by the image's user: what a miner is started with."""
     from p2prl.crypto.keys import load_or_create_identity
-    from p2prl.node.genesis import write_genesis
-    from p2prl.node.netinit import NetworkSpec, base_model_info, genesis_from_spec
+    from p2prl.node.setup.genesis import write_genesis
+    from p2prl.node.setup.netinit import NetworkSpec, base_model_info, genesis_from_spec
     from p2prl.rl.local import default_cache_dir
 
     d = tmp_path_factory.mktemp("gpu-image")

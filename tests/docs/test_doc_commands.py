@@ -142,7 +142,7 @@ NODE_COMMANDS = [
 
 def node_config_of(argv: tuple[str, ...]) -> object:
     """The configuration `p2prl node ARGV` would run with (no config file, no environment)."""
-    from p2prl.node.config import coerce, load_config
+    from p2prl.node.setup.config import coerce, load_config
 
     opts = resolve(argv).options
     flags = {}
@@ -160,7 +160,7 @@ def node_config_of(argv: tuple[str, ...]) -> object:
 )
 def test_node_commands_are_valid_settings(cmd: DocCommand) -> None:
     """Beyond parsing: the node's own configuration check accepts the settings shown (role, ports, ...)."""
-    from p2prl.node.config import ConfigError
+    from p2prl.node.setup.config import ConfigError
 
     if "--config" in cmd.argv:
         pytest.skip("settings come from a file; its example is checked by test_config_examples_load")
@@ -171,7 +171,7 @@ def test_node_commands_are_valid_settings(cmd: DocCommand) -> None:
 
 
 def test_node_settings_check_can_fail() -> None:
-    from p2prl.node.config import ConfigError
+    from p2prl.node.setup.config import ConfigError
 
     with pytest.raises(ConfigError):
         node_config_of(("node", "--role", "farmer", "--network", "g.json"))
@@ -241,7 +241,7 @@ def _runnable(line: ShellLine) -> bool:
 
 def _a_networks_genesis(operator: Path, out: Path) -> None:
     """The genesis.json a volunteer is given (signed by a trainer key that is not in the reader's directory)."""
-    from p2prl.node.netinit import NetworkSpec, init_network
+    from p2prl.node.setup.netinit import NetworkSpec, init_network
 
     cli_check.stand_in_base_model(operator / "model")
     init_network(
@@ -282,7 +282,7 @@ TOML_BLOCKS = [(doc, n, text) for doc in DOCS if doc.exists() for n, text in fen
 @pytest.mark.parametrize("block", TOML_BLOCKS, ids=[f"{_rel(d)}:{n}" for d, n, _ in TOML_BLOCKS])
 def test_config_examples_load(block: tuple[Path, int, str], tmp_path: Path) -> None:
     """A node config file shown in the docs is one the node accepts (unknown keys are errors)."""
-    from p2prl.node.config import ConfigError, load_config
+    from p2prl.node.setup.config import ConfigError, load_config
 
     doc, n, text = block
     f = tmp_path / "node.toml"

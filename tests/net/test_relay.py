@@ -127,7 +127,7 @@ def test_validators_verdicts_give_standing(make_node: Callable[..., P2PNode]) ->
     from p2prl.bench.arena import delivered
     from p2prl.crypto.keys import Identity
     from p2prl.net import peer_id_for
-    from p2prl.node.pump import Handlers, Pump
+    from p2prl.node.runtime.pump import Handlers, Pump
     from p2prl.protocol.messages import GroupVerdict, Verdict
 
     r = make_node("r", config=NetConfig(relay=RelayBounds()))

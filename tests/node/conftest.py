@@ -12,9 +12,9 @@ import pytest
 from p2prl.crypto.keys import Identity, load_or_create_identity
 from p2prl.net.identity import peer_id_for
 from p2prl.net.ports import free_port
-from p2prl.node.config import NodeConfig
-from p2prl.node.genesis import write_genesis
-from p2prl.node.netinit import NetworkSpec, describe_model, genesis_from_spec
+from p2prl.node.setup.config import NodeConfig
+from p2prl.node.setup.genesis import write_genesis
+from p2prl.node.setup.netinit import NetworkSpec, describe_model, genesis_from_spec
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""An in-process network for role logic: the node's port (``p2prl.node.port.NetPort``) without sockets.
+"""An in-process network for role logic: the node's port (``p2prl.node.runtime.port.NetPort``) without sockets.
 
 Every publish goes through the receiving host's real gossip filter (signature, network, topic,
 allowed signers, replay), fetches copy bytes from a member that serves the blob into the real
@@ -21,11 +21,11 @@ from p2prl.net.gossip import GossipFilter, Incoming
 from p2prl.net.identity import peer_id_for
 from p2prl.net.node import PeerInfo
 from p2prl.net.swarm import FetchError
-from p2prl.node.config import NodeConfig
-from p2prl.node.genesis import SignedGenesis
-from p2prl.node.netsettings import allowed_signers
 from p2prl.node.run import NodeRuntime
-from p2prl.node.status import NodeStatus
+from p2prl.node.runtime.status import NodeStatus
+from p2prl.node.setup.config import NodeConfig
+from p2prl.node.setup.genesis import SignedGenesis
+from p2prl.node.setup.netsettings import allowed_signers
 from p2prl.protocol.blobs import BlobRef
 from p2prl.store import BlobStore
 

@@ -48,7 +48,7 @@ def test_the_genesis_example_is_one_a_node_runs(model_cache):
     """Its model is the built-in one (it named a v2 of 138,000 parameters that no build makes) and its
     bootstrap peer id is the trainer key's (a placeholder id was refused by every node)."""
     from p2prl.net.identity import peer_id_for
-    from p2prl.node.netinit import base_model_info
+    from p2prl.node.setup.netinit import base_model_info
 
     built = base_model_info(model_cache)
     # the weights ship with the package: the same bits, so the same hash, on every CPU; config.json

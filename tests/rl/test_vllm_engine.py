@@ -206,7 +206,7 @@ def test_a_switch_of_changed_positions_reaches_packed_and_unpacked_modules(engin
 
 
 def test_a_vllm_miner_commits_to_the_validators_teacher_forced_states(engine, hf) -> None:
-    from p2prl.node.engine import VLLMMinerEngine
+    from p2prl.node.weights.engine import VLLMMinerEngine
     from p2prl.proof import forward_flat
     from p2prl.rl import GenerationParams, processed_logprobs
 

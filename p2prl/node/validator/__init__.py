@@ -1,0 +1,1 @@
+"""The validator role: judge announced rollout batches against the version that made them."""

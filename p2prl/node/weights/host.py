@@ -1,0 +1,233 @@
+"""The one owner of the weights a miner or validator runs.
+
+:class:`ModelHost` holds the live tensors (:class:`LiveWeights`: one copy, patched in place, the
+last few versions reachable by stepping back), the engine that generates or judges with them, the
+version the role runs, the versions staged for it and the saved copy on disk. The role asks it for
+the current version; nothing else keeps one.
+
+Who writes what, on which thread:
+
+- the sync thread (``p2prl.node.weights.sync``) plans and fetches; it hands the host each version
+  whose blobs are all held as a :class:`Staged` value (:meth:`ModelHost.stage`), having checked a
+  one-delta plan against the live tensors without changing them (:meth:`ModelHost.prepare`);
+- the role's own thread, between uses of the model, is the only writer of the tensors and the
+  engine: :meth:`ModelHost.switch` applies the staged plans (each patch verified before any tensor
+  changes), saves the newest version, sets it current and, for a miner, writes the switch into the
+  engine; a validator's :meth:`ModelHost.source` steps the tensors to the version a batch was made
+  at and loads the engine with it;
+- any thread reads the current version (:attr:`ModelHost.current`) under the host's lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from p2prl.lru import LRU
+from p2prl.node.runtime.role import RoleEnv
+from p2prl.node.setup.settings import RoleSettings
+from p2prl.node.weights.disk import save_weights
+from p2prl.node.weights.live import LiveWeights, Prepared
+from p2prl.node.weights.version import State, Weights, sha256_of_state
+from p2prl.patch import PatchError
+from p2prl.protocol import PatchManifest
+
+if TYPE_CHECKING:
+    import torch
+
+    from p2prl.rl import RolloutEngine
+
+log = logging.getLogger(__name__)
+
+Switched = Callable[[list[Weights], Exception | None], None]
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A version whose blobs are all held: the plan to it from the version before (``plan_sync``'s,
+    from that version or from an anchor) and, for one delta from the live version, its check
+    against the live tensors (``prepared``), so the switch only writes."""
+
+    version: int
+    hash: str
+    plan: Sequence[PatchManifest]
+    prepared: Prepared | None = None
+
+    @property
+    def weights(self) -> Weights:
+        """The version it promises: its manifest's result hash, no tensors yet."""
+        return Weights(self.version, self.hash, {})
+
+
+def _shares(model: torch.nn.Module, state: State) -> bool:
+    """Whether ``state`` is made of the model's own tensors (one copy: nothing to write after a switch)."""
+    own = model.state_dict()
+    return all(n in own and own[n].data_ptr() == t.data_ptr() for n, t in state.items())
+
+
+class ModelHost:
+    """The live tensors, the engine, the current and staged versions, the versions a validator can
+    load again, the saved copy; see the module docstring for who calls what on which thread.
+
+    ``follow``: the engine runs the newest version, written into it at each switch (a miner);
+    otherwise it is loaded with the version asked for, on demand (:meth:`source`, a validator).
+    ``engine_state``: the weights the engine runs for a version (its own, unless a benchmark's
+    adversary perturbs them)."""
+
+    def __init__(
+        self,
+        env: RoleEnv[RoleSettings],
+        live: LiveWeights,
+        engine: RolloutEngine,
+        weights_dir: Path,
+        *,
+        follow: bool,
+        engine_state: Callable[[Weights], State] | None = None,
+    ) -> None:
+        self.env = env
+        self.live = live
+        self.engine = engine
+        self.weights_dir = Path(weights_dir)
+        self.follow = follow
+        self.engine_state = engine_state or (lambda w: w.state)
+        self._lock = threading.Lock()
+        start = live.weights()
+        self._current = start
+        self._switching: Weights | None = None  # the newest version being applied
+        self._staged: list[Staged] = []
+        self._versions: LRU[int, Weights] = LRU(live.keep)  # what source() loads
+        self._versions[start.version] = start
+        self._engine_version: int | None = None  # loaded in the engine (None: nothing, or the tensors moved)
+        self._switched: Switched | None = None
+        env.status.set(version=start.version, weights_hash=start.status_hash)
+        if follow:
+            self._load_engine(start)
+        self._report_sha(start)
+
+    # -- any thread ---------------------------------------------------------------------
+    @property
+    def current(self) -> Weights:
+        """The version the role runs (the newest switched to)."""
+        with self._lock:
+            return self._current
+
+    def base(self) -> Weights:
+        """The version the next plan starts from: the newest staged, else the one being switched to,
+        else the current one (no tensors for the first two)."""
+        with self._lock:
+            return self._staged[-1].weights if self._staged else self._switching or self._current
+
+    def has_staged(self) -> bool:
+        with self._lock:
+            return bool(self._staged)
+
+    # -- the sync thread ----------------------------------------------------------------
+    def listen(self, switched: Switched) -> None:
+        """Call ``switched(reached, error)`` on the role's thread after each switch (the sync's
+        accounting: a failed switch sends the next sync through an anchor)."""
+        self._switched = switched
+
+    def prepare(self, plan: Sequence[PatchManifest], load_blob: Callable[[str], bytes]) -> Prepared | None:
+        """Check a one-delta plan against the live tensors without changing them (LiveWeights.prepare)."""
+        return self.live.prepare(plan, load_blob)
+
+    def stage(self, staged: Staged) -> None:
+        """A fetched version for the role to switch to; each starts where the previous one ends."""
+        with self._lock:
+            self._staged.append(staged)
+
+    # -- the role's thread --------------------------------------------------------------
+    def switch(self) -> list[Weights]:
+        """Switch to every version staged since the last call, oldest first, in place, up to the
+        first bad patch; returns the versions reached (the newest is now current and saved)."""
+        with self._lock:
+            staged, self._staged = self._staged, []
+            if staged:  # the sync thread plans on from it while this applies
+                self._switching = staged[-1].weights
+        if not staged:
+            return []
+        done, error = self._apply(staged)
+        if done:
+            self.env.status.set(version=done[-1].version, weights_hash=done[-1].status_hash)
+            if self.follow:
+                self._load_engine(_composed(done))
+            self._report_sha(done[-1])
+        if self._switched is not None and (done or error is not None):
+            self._switched(done, error)
+        return done
+
+    def _apply(self, staged: list[Staged]) -> tuple[list[Weights], Exception | None]:
+        """Verify and apply the plans, oldest first, up to the first bad one; saves the newest reached."""
+        st, done, error = self.env.status, [], None
+        for s in staged:
+            t0 = time.monotonic()
+            try:
+                done.append(self.live.advance(s.plan, self.env.store.get, s.prepared))
+            except PatchError as e:
+                log.warning("switch to v%d failed: %s", s.version, e)
+                error = e
+                break
+            st.incr("patches_applied", len(s.plan))
+            st.incr("patch_bytes_total", sum(m.blob.size for m in s.plan))
+            st.gauge("patch_last_bytes", s.plan[-1].blob.size)
+            st.gauge("patch_apply_ms", (time.monotonic() - t0) * 1000)
+        with self._lock:
+            self._current, self._switching = self.live.weights(), None
+            for w in done:
+                self._versions[w.version] = w
+        if done:
+            save_weights(done[-1], self.weights_dir)
+        return done, error
+
+    def source(self, version: int) -> tuple[str, torch.nn.Module] | None:
+        """The RolloutValidator's VersionSource: (manifest hash, model) with that version loaded;
+        None for a version not held (or unverified)."""
+        with self._lock:
+            w = self._versions.get(version)
+        if w is None or not w.verified:
+            return None
+        if w.state is self.live.state:
+            if not self.live.reachable(version):
+                return None
+            self.live.goto(version)
+            # the live tensors moved; the engine loads them (on the CPU: they are its own)
+            self._engine_version = None
+        if self._engine_version != version:
+            self.engine.load_state_dict(w.state)
+            self._engine_version = version
+        return w.hash, self.engine.model
+
+    def _load_engine(self, w: Weights) -> None:
+        """Make the engine run ``w``: only the switch's writes where the engine keeps its own copy of
+        the version before (CUDA), nothing where its model is the live tensors, else the whole state."""
+        state = self.engine_state(w)
+        write = getattr(self.engine, "write_changes", None)
+        sw = w.switch
+        if write is not None and sw is not None and state is w.state and sw.base == self._engine_version:
+            if not _shares(self.engine.model, state):  # the live tensors are not the engine's own (CUDA)
+                # the switch as a value: only the changed elements, written where the engine keeps them
+                self.env.status.gauge(
+                    "engine_write_bytes", write((x.name, x.start, x.positions, x.values) for x in sw.writes)
+                )
+        else:
+            self.engine.load_state_dict(state)
+        self._engine_version = w.version
+
+    def _report_sha(self, w: Weights) -> None:
+        """The full-model SHA-256 for run summaries, only when asked (one hash of the model)."""
+        if self.env.settings.report_weights_sha256:
+            self.env.status.set(weights_sha256=sha256_of_state(w.state))
+
+
+def _composed(done: list[Weights]) -> Weights:
+    """The newest of ``done`` with one switch from the version before the first: the writes of each in
+    turn (None where one was reached through an anchor)."""
+    switch = done[0].switch
+    for w in done[1:]:
+        switch = None if switch is None or w.switch is None else switch.then(w.switch)
+    return Weights(done[-1].version, done[-1].hash, done[-1].state, switch)

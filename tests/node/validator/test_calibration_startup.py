@@ -1,0 +1,66 @@
+"""Calibrating a validator's tolerances (minutes on a real model) never stops it judging: batches
+announced meanwhile are judged with the genesis's tolerances, its status says it is calibrating,
+and the calibrated tolerances apply from the next check once ready. A real validator on a real host.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import p2prl.node.validator.validator as vmod
+from p2prl.crypto.keys import Identity
+from p2prl.net.gossip import Incoming
+from p2prl.net.identity import peer_id_for
+from p2prl.node.runtime.startup import build_runtime
+from p2prl.node.runtime.task import generation_params, task_of
+from p2prl.node.setup.settings import ValidatorSettings
+from p2prl.proof.miner import mine_batch
+from p2prl.protocol.messages import decode_message, encode_message
+
+
+def test_batches_judged_while_calibrating(make_net, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate, entered = threading.Event(), threading.Event()
+    real = vmod.calibrate_tolerances
+
+    def slow_calibration(*a, **kw):  # stands for minutes of calibration on a real model
+        entered.set()
+        assert gate.wait(120), "the test never released the calibration"
+        return real(*a, **kw)
+
+    monkeypatch.setattr(vmod, "calibrate_tolerances", slow_calibration)
+    rt = build_runtime(make_net().config("validator", calibrate_tolerances=True))
+    made: list[vmod.Validator] = []
+    try:
+        builder = threading.Thread(target=lambda: made.append(vmod.Validator(rt.env(ValidatorSettings))))
+        builder.start()
+        builder.join(60)
+        released_early = builder.is_alive()
+        if released_early:  # it calibrates before judging anything: let it finish, then fail
+            gate.set()
+            builder.join(120)
+        assert not released_early, "the validator judges nothing until it has calibrated"
+        (v,) = made
+        assert entered.wait(30) and rt.status.snapshot()["calibrating"] is True
+        genesis_cfg = v.checker.config
+
+        miner = Identity.generate()
+        g = v.env.g.generation
+        prep = mine_batch(
+            v.engine, task_of(v.env), 0, v.current.hash, miner.public_key,
+            list(range(g.groups_per_batch)), g.group_size, generation_params(v.env, seed=0),
+        )  # fmt: skip
+        env, ann = decode_message(encode_message(miner, v.env.network_id, prep.announcement), v.env.network_id)
+        item = Incoming("rollouts", env, ann, peer_id_for(miner), peer_id_for(miner))
+        bv = v.check(item, prep.blob)
+        assert bv is not None and all(grp.accepted for grp in bv.groups), bv.reasons()
+        assert v.checker.config is genesis_cfg  # judged with the genesis's tolerances
+
+        gate.set()
+        assert v.wait_calibrated(120)
+        assert v.checker.config is not genesis_cfg
+        assert rt.status.snapshot()["calibrating"] is False
+    finally:
+        gate.set()
+        rt.net.stop()
