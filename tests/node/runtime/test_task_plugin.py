@@ -108,7 +108,9 @@ def test_plugin_task_pinned_in_genesis_and_used_by_every_role(
             st = statuses(ports)
             # a role reports its task once built (the trainer may still be loading when groups pass)
             accepted = st["validator"].get("counters", {}).get("groups_accepted", 0)
-            if accepted > 0 and all(s.get("task") for s in st.values()):
+            # the score is written just after the counters: read both once the score shows the batch
+            scored = st["validator"].get("scores", {}).get(ids["miner1"].public_hex, 0)
+            if accepted > 0 and scored > 0 and all(s.get("task") for s in st.values()):
                 break
             dead = [c for c in sup.children if not c.alive]
             assert not dead, "\n".join(f"{c.name} exited {c.proc.returncode}:\n{c.tail()}" for c in dead)
