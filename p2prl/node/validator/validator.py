@@ -272,12 +272,14 @@ class Validator:
         return min(self.current.version, max(arrived, item.message.version))
 
     def _stale(self, item: Announcement) -> bool:
-        """Late when it arrived, or so far behind now that its weights are out of reach: ``stale``
-        whatever its bytes, so no fetch is spent on it (a backlog drains at once, not a probe each)."""
-        v = item.message.version
+        """Late when it arrived, or so far behind now that its weights are out of reach (past
+        ``LATE_VERSIONS``, or an anchor synced through since): ``stale`` whatever its bytes, so no
+        fetch is spent on it (a backlog drains at once, not a probe each)."""
+        v, cur = item.message.version, self.current.version
         return (
             self._as_of(item) - v > self.max_staleness
-            or self.current.version - v > self.max_staleness + LATE_VERSIONS
+            or cur - v > self.max_staleness + LATE_VERSIONS
+            or (v < cur and not self.host.can_load(v))
         )
 
     def _next(self, classes: int = 3) -> Announcement | None:
@@ -332,7 +334,7 @@ class Validator:
         if data is Fetch.SHED:  # shed under load: no verdict, and no gap in the miner's indices
             self.checker.pass_over(ann, miner)
             return None
-        if data is Fetch.STALE or (data is Fetch.HERE and self._stale(item)):
+        if data is Fetch.STALE or (data is not None and self._stale(item)):
             bv = reject_all(ann.groups, VerdictReason.STALE)
             env.publish(
                 "verdicts", replace(to_verdict(bv, ann, miner), announcement=item.envelope.digest.hex())
@@ -405,6 +407,11 @@ class Validator:
                 continue
             keep = []
             for deadline, item, data, t0 in waiting:
+                if self._stale(item):  # its weights went out of reach while it waited
+                    bv = reject_all(item.message.groups, VerdictReason.STALE)
+                    self._publish(item, bv, t0, judged=False)
+                    out.append(bv)
+                    continue
                 bv = self.checker.check(item.message, item.envelope.signer, data, self._as_of(item))
                 if deadline > now and {g.reason for g in bv.groups} == {VerdictReason.INDEX_GAP}:
                     keep.append((deadline, item, data, t0))

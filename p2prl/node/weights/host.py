@@ -184,6 +184,13 @@ class ModelHost:
             save_weights(done[-1], self.weights_dir)
         return done, error
 
+    def can_load(self, version: int) -> bool:
+        """Whether :meth:`source` would load ``version`` now: held, verified, its tensors reachable
+        (syncing through an anchor resets the versions the live tensors can step back to)."""
+        with self._lock:
+            w = self._versions.get(version)
+        return w is not None and w.verified and (w.state is not self.live.state or self.live.reachable(version))
+
     def source(self, version: int) -> tuple[str, torch.nn.Module] | None:
         """The RolloutValidator's VersionSource: (manifest hash, model) with that version loaded;
         None for a version not held (or unverified)."""

@@ -197,3 +197,20 @@ def test_a_batch_announced_in_time_is_judged_though_the_validator_fell_behind(
     v.on_announcement(late)  # arrives when its version is out of the window: the miner was late
     assert v._next() is late
     assert reasons(v.check(late)) == {VerdictReason.STALE}
+
+
+def test_a_batch_whose_weights_went_out_of_reach_is_stale_not_unknown(
+    arena: Arena, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A validator that synced through an anchor can no longer step back to the versions before it:
+    a batch of one of them, announced in time, is ``stale`` (the validator's reach), not
+    ``unknown_version`` (a loaded demo's validator answered 224 honest groups so)."""
+    miner = Identity.generate()
+    v = arena.validator
+    _, ann = arena.mine(miner)
+    item = arena.announce(miner, ann)
+    v.on_announcement(item)
+    assert v._next() is item
+    monkeypatch.setattr(v.host, "_current", dataclasses.replace(v.current, version=v.current.version + 2))
+    monkeypatch.setattr(v.host, "can_load", lambda version: version != ann.version)
+    assert reasons(v.check(item)) == {VerdictReason.STALE}

@@ -100,6 +100,7 @@ def test_a_validators_host_loads_an_older_version_on_demand_and_a_bad_switch_is_
     assert got is not None and got[0] == published[1].result_hash and got[1] is model
     assert bits_equal(state, states[1])
     assert host.source(7) is None and host.current.version == 2  # never held
+    assert host.can_load(0) and host.can_load(1) and not host.can_load(7)
     wrong = index.get(2, "delta")
     host.stage(Staged(3, "ee" * 32, [wrong], None))  # a plan that starts at another version
     assert host.switch() == [] and heard[-1][0] == [] and isinstance(heard[-1][1], PatchError)
