@@ -17,6 +17,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from enum import Enum
@@ -62,7 +63,10 @@ HOLD_MAX = 32  # batches held in all
 # a batch announced in time is judged though this validator fell behind, up to this many versions past
 # the staleness window (their weights stay reachable): the lag is this validator's, not the miner's
 LATE_VERSIONS = 4
-ARRIVALS_MAX = 8192  # (signer, blob) -> this validator's version when the announcement arrived
+ARRIVALS_MAX = 8192  # (signer, blob) -> this validator's version when the announcement was made
+# a signed creation time up to this long before arrival is believed (gossip held the announcement back,
+# or the clocks differ); an earlier claim counts as this long before arrival
+GOSSIP_DELAY_S = 20.0
 POSITION_TAG = b"p2prl/validator/position-secret/v1"
 
 
@@ -142,7 +146,9 @@ class Validator:
         self.jq = JudgeQueue(self.max_staleness + LATE_VERSIONS)  # judged pairs kept while judgeable
         self.jq_cond = threading.Condition()
         self.in_flight: set[str] = set()  # signers with a batch being fetched or judged (one each)
-        self._arrived: LRU[tuple[str, str], int] = LRU(ARRIVALS_MAX)  # the pump's: version at arrival
+        self._arrived: LRU[tuple[str, str], int] = LRU(ARRIVALS_MAX)  # the pump's: version when made
+        # (wall time, version) of each version this validator switched to: what it held when
+        self._timeline: deque[tuple[float, int]] = deque([(time.time(), self.current.version)], maxlen=4096)
         # the judging thread's: batches read but not continuing their miner's indices, waiting for
         # the batch before them (signer -> [(deadline, item, bytes, t0)], oldest signed first)
         self._held: dict[str, list[tuple[float, Announcement, bytes, float]]] = {}
@@ -209,7 +215,7 @@ class Validator:
     # -- pump thread ----------------------------------------------------------------------
     def on_announcement(self, item: Announcement) -> None:
         with self.jq_cond:
-            self._arrived.put(key_of(item), self.current.version)
+            self._arrived.put(key_of(item), self._held_at(item.message.created_ms / 1000.0))
             evicted = self.jq.evicted
             why = self.jq.offer(item)
             evicted = self.jq.evicted - evicted
@@ -226,6 +232,7 @@ class Validator:
             for w in self.host.switch():
                 with self.jq_cond:
                     self.jq.judged.prune(w.version)
+                    self._timeline.append((time.time(), w.version))
             self._release_held()  # batches whose wait for the batch before them is over
             self._maybe_publish_scores()
             self._report_backlog()
@@ -263,10 +270,21 @@ class Validator:
                 except queue.Full:
                     continue
 
+    def _held_at(self, made: float) -> int:
+        """The version this validator held when a batch was announced: at its signed creation time,
+        believed back to ``GOSSIP_DELAY_S`` before now (a connection that held gossip back for
+        seconds is the network's fault, not the miner's); caller holds ``jq_cond``."""
+        t = min(time.time(), max(made, time.time() - GOSSIP_DELAY_S))
+        for at, version in reversed(self._timeline):
+            if at <= t:
+                return version
+        return self._timeline[0][1]
+
     def _as_of(self, item: Announcement) -> int:
-        """The version a batch is judged as of: this validator's when the announcement arrived (or
-        the batch's own, if it came before this validator held it), never past the current one. A
-        batch announced in time is not ``stale`` because judging here lagged behind."""
+        """The version a batch is judged as of: this validator's when the batch was announced (its
+        signed time, believed back to ``GOSSIP_DELAY_S``; or the batch's own version, if it came
+        before this validator held it), never past the current one. A batch announced in time is
+        not ``stale`` because gossip or judging here lagged behind."""
         with self.jq_cond:
             arrived = self._arrived.get(key_of(item), self.current.version)
         return min(self.current.version, max(arrived, item.message.version))

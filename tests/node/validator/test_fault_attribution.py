@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -190,6 +191,7 @@ def test_a_batch_announced_in_time_is_judged_though_the_validator_fell_behind(
     assert v._next() is item
     behind = dataclasses.replace(v.current, version=v.current.version + v.max_staleness + 2)
     monkeypatch.setattr(v.host, "_current", behind)  # judging lagged: the network moved on meanwhile
+    monkeypatch.setattr(v, "_timeline", vmod.deque([(time.time() - 60, 0), (time.time() - 1, behind.version)]))
     bv = v.check(item)
     assert accepted(bv) == len(bv.groups), reasons(bv)
     _, ann = arena.mine(miner)
@@ -214,3 +216,30 @@ def test_a_batch_whose_weights_went_out_of_reach_is_stale_not_unknown(
     monkeypatch.setattr(v.host, "_current", dataclasses.replace(v.current, version=v.current.version + 2))
     monkeypatch.setattr(v.host, "can_load", lambda version: version != ann.version)
     assert reasons(v.check(item)) == {VerdictReason.STALE}
+
+
+def test_staleness_counts_from_the_signed_creation_time_within_the_gossip_allowance(
+    arena: Arena, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An announcement gossip held back (a dead connection, 12 s in a loaded demo) is judged as of the
+    version this validator held when the miner signed it; a claim of more than ``GOSSIP_DELAY_S``
+    before arrival is not believed, so a miner cannot backdate a stale batch into the window."""
+    miner = Identity.generate()
+    v = arena.validator
+    now = time.time()
+    v0 = v.current.version
+    ahead = v0 + v.max_staleness + 2
+    monkeypatch.setattr(v, "_timeline", vmod.deque([(now - 60, v0), (now - 5, ahead)]))
+    monkeypatch.setattr(v.host, "_current", dataclasses.replace(v.current, version=ahead))
+    _, ann = arena.mine(miner)
+    held_back = arena.announce(miner, dataclasses.replace(ann, created_ms=int((now - 12) * 1000)))
+    v.on_announcement(held_back)  # signed 12 s ago, when v0 was current: in time
+    assert v._next() is held_back
+    bv = v.check(held_back)
+    assert accepted(bv) == len(bv.groups), reasons(bv)
+    _, ann = arena.mine(miner)
+    backdated = arena.announce(miner, dataclasses.replace(ann, created_ms=int((now - 600) * 1000)))
+    monkeypatch.setattr(v, "_timeline", vmod.deque([(now - 900, v0), (now - 30, ahead)]))
+    v.on_announcement(backdated)  # claims 10 minutes ago: believed back to 20 s only, when v0 was old
+    assert v._next() is backdated
+    assert reasons(v.check(backdated)) == {VerdictReason.STALE}
