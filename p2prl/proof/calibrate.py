@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 from p2prl.proof.miner import mine_batch
@@ -42,6 +43,7 @@ def calibrate(
     sampling_floor: float = 0.002,
     min_tokens: int = MIN_TOKENS,
     more_s: float = MORE_S,
+    early: Callable[[ValidatorConfig], None] | None = None,
 ) -> tuple[ValidatorConfig, dict[str, float]]:
     """``base`` with fingerprint and logprob tolerances set from honest drift; returns the measurement.
 
@@ -66,7 +68,11 @@ def calibrate(
     position rounded the other way gives a 1–4-token rollout and below another model's ≈ 0.14;
     ``lp_floor`` / ``lp_max_floor`` (0.05 / 0.5) bound the logprob errors left after the per-token bf16
     rounding allowance (``recompute.rounding_allowance``), gross lies only: what a lie below them can do
-    is bounded by the trainer."""
+    is bounded by the trainer.
+
+    ``early``: given the tolerances of the first two batches before more are mined, so a validator
+    judges with them meanwhile instead of the genesis's loose ones (a cheat's batch judged during
+    those seconds was accepted)."""
     gen = base.generation
     n_prompts = n_prompts or (min(gen.groups_per_batch, 16) if base.fixed_group_count else 4)
     group_size = group_size or gen.group_size
@@ -83,6 +89,16 @@ def calibrate(
     worst = {"fp_quantile": 0.0, "fp_rollout": 0.0, "lp_max": 0.0, "sampling_misses": 0.0, "sampling_dist": 0.0}
     tokens = 0
 
+    def tolerances() -> ValidatorConfig:
+        return dataclasses.replace(
+            base,
+            fingerprint_tol=max(fp_floor, factor * worst["fp_quantile"]),
+            fingerprint_tol_rollout=max(fp_rollout_floor, factor * worst["fp_rollout"]),
+            logprob_tol_mean=max(lp_floor, factor * worst["lp_max"] / 2),
+            logprob_tol_max=max(lp_max_floor, max_factor * worst["lp_max"]),
+            sampling_margin=max(sampling_floor, max_factor * worst["sampling_dist"]),
+        )
+
     def runs() -> Any:
         """A whole batch in one engine call (as a miner makes it) and one row at a time, each judged
         the way a live batch is (only the picked rollouts recomputed, so the forward's rows differ);
@@ -92,6 +108,8 @@ def calibrate(
         batches seldom see and a live run's thousands of batches do."""
         yield group_size * n_prompts, 8, 0
         yield 1, 7, 0
+        if early is not None and (worst["fp_quantile"] or worst["sampling_dist"]) and tokens < min_tokens:
+            early(tolerances())
         deadline = time.monotonic() + more_s
         first = n_prompts
         while (
@@ -123,12 +141,4 @@ def calibrate(
         worst["sampling_dist"] = max(worst["sampling_dist"], s.sampling_dist_max)
         tokens += s.sampling_tokens
     worst["sampling_tokens"] = float(tokens)
-    cfg = dataclasses.replace(
-        base,
-        fingerprint_tol=max(fp_floor, factor * worst["fp_quantile"]),
-        fingerprint_tol_rollout=max(fp_rollout_floor, factor * worst["fp_rollout"]),
-        logprob_tol_mean=max(lp_floor, factor * worst["lp_max"] / 2),
-        logprob_tol_max=max(lp_max_floor, max_factor * worst["lp_max"]),
-        sampling_margin=max(sampling_floor, max_factor * worst["sampling_dist"]),
-    )
-    return cfg, worst
+    return tolerances(), worst

@@ -65,7 +65,9 @@ def test_one_honest_outlier_position_passes_and_a_cheaper_model_does_not(world: 
     then round one element of one position differently, and a 1-token rollout then carries a 2–3%
     error in its only position. Judged by the calibrated defaults, that batch passes; the same error
     at every position (a cheaper model) fails."""
-    cfg, _ = calibrate(world.model, world.tok, world.task, PARAMS, MH, world.config, n_prompts=2, group_size=4)
+    cfg, _ = calibrate(
+        world.model, world.tok, world.task, PARAMS, MH, world.config, n_prompts=2, group_size=4
+    )
     v = world.validator(config=cfg)
     p = _batch_with_moved_states(world, 0.025, everywhere=False)
     verdict = v.check(p.announcement, MINER, p.blob, VERSION)
@@ -75,3 +77,29 @@ def test_one_honest_outlier_position_passes_and_a_cheaper_model_does_not(world: 
     q = _batch_with_moved_states(world, 0.025, everywhere=True)
     verdict = v.check(q.announcement, MINER, q.blob, VERSION)
     assert verdict.hard_failure and VerdictReason.FINGERPRINT in {g.reason for g in verdict.groups}
+
+
+def test_the_first_tolerances_are_handed_over_before_more_tokens_are_mined(world: World) -> None:
+    """On an engine that is not exact, calibration mines more batches for the sampling margin; the
+    first two batches' tolerances go to ``early`` first, so a validator does not judge with the
+    genesis's loose ones meanwhile. On an exact engine nothing more is mined and ``early`` is not
+    called."""
+    got: list = []
+    cfg, worst = calibrate(
+        world.model,
+        world.tok,
+        world.task,
+        PARAMS,
+        MH,
+        world.config,
+        n_prompts=2,
+        group_size=4,
+        min_tokens=4000,
+        more_s=60.0,
+        early=got.append,
+    )
+    if worst["fp_quantile"] or worst["sampling_dist"]:
+        assert len(got) == 1 and worst["sampling_tokens"] >= 4000
+        assert got[0].fingerprint_tol <= cfg.fingerprint_tol and got[0].sampling_margin <= cfg.sampling_margin
+    else:
+        assert got == [] and worst["sampling_tokens"] < 4000

@@ -105,12 +105,14 @@ def calibrated(
     gen: GenerationParams,
     manifest_hash: str,
     vcfg: ValidatorConfig,
+    early: Callable[[ValidatorConfig], None] | None = None,
 ) -> ValidatorConfig:
     """``vcfg`` with tolerances from this engine's own honest drift (KV-cache generation at two batch
     sizes against the full forward), so a miner on the same engine with other or perturbed weights
-    fails where the loose defaults would let a small perturbation through."""
+    fails where the loose defaults would let a small perturbation through. ``early``: the first
+    batches' tolerances, while more are mined on an engine that is not exact."""
     t0 = time.monotonic()
-    cfg, drift = calibrate_tolerances(model, tok, task, gen, manifest_hash, vcfg)
+    cfg, drift = calibrate_tolerances(model, tok, task, gen, manifest_hash, vcfg, early=early)
     log.info(
         "tolerances calibrated in %.1f s: fingerprint %.4f (rollout %.4f), logprob %.4f / %.4f; drift %s",
         time.monotonic() - t0,
@@ -178,7 +180,7 @@ class Validator:
 
         def run() -> None:
             try:
-                self._tuned = calibrated(model, tok, task, gen, seed_hash, vcfg)
+                self._tuned = calibrated(model, tok, task, gen, seed_hash, vcfg, early=self._tune_early)
             except Exception:
                 log.exception("calibration failed: judging with the genesis's tolerances")
                 self.env.status.set(calibrating=False)
@@ -187,6 +189,13 @@ class Validator:
         t = threading.Thread(target=run, name="p2prl-calibrate", daemon=True)
         t.start()
         return t
+
+    def _tune_early(self, cfg: ValidatorConfig) -> None:
+        """The calibration thread's first tolerances: judged with from the next check, not the
+        genesis's loose ones, while calibration mines more (seconds on the default model with AVX2
+        kernels: a dishonest demo miner's batch judged meanwhile was accepted)."""
+        log.info("first tolerances calibrated; refining the sampling margin on more tokens")
+        self._tuned = cfg
 
     def _apply_calibration(self) -> None:
         """Judge with the calibrated tolerances from the next check on (the judging thread only)."""
