@@ -85,6 +85,11 @@ class Fetch(Enum):
     SHED = "shed"  # over its signer's quota: not judged, its announced indices passed over
 
 
+def _only_gap(bv: BatchVerdict) -> bool:
+    """Every group rejected ``index_gap``: the batch does not continue its miner's last judged one."""
+    return {g.reason for g in bv.groups} == {VerdictReason.INDEX_GAP}
+
+
 def position_secret(identity: Identity) -> bytes:
     """The secret that picks checked positions: the validator's signature over a fixed tag.
 
@@ -363,10 +368,7 @@ class Validator:
             return None
         if data is Fetch.STALE or (data is not None and self._stale(item)):
             bv = reject_all(ann.groups, VerdictReason.STALE)
-            env.publish(
-                "verdicts", replace(to_verdict(bv, ann, miner), announcement=item.envelope.digest.hex())
-            )
-            self._record(ann, miner, bv, time.monotonic() - t0, judged=False)
+            self._publish(item, bv, t0, judged=False)
             return bv
         if data is Fetch.HERE:
             data = self._fetch(item)
@@ -406,7 +408,7 @@ class Validator:
         both (the second as a gap, the first stale by the time it comes). A skipped batch stays a gap."""
         signer = item.envelope.signer_hex
         waiting = self._held.get(signer, [])
-        if {g.reason for g in bv.groups} != {VerdictReason.INDEX_GAP} or any(h[1] is item for h in waiting):
+        if not _only_gap(bv) or any(h[1] is item for h in waiting):
             return False
         with self.jq_cond:
             standing = self.jq.standing(signer)
@@ -440,7 +442,7 @@ class Validator:
                     out.append(bv)
                     continue
                 bv = self.checker.check(item.message, item.envelope.signer, data, self._as_of(item))
-                if deadline > now and {g.reason for g in bv.groups} == {VerdictReason.INDEX_GAP}:
+                if deadline > now and _only_gap(bv):
                     keep.append((deadline, item, data, t0))
                     continue
                 self._judged(item, bv)
