@@ -231,7 +231,10 @@ def run(
             t2 = time.perf_counter()
             reload_rows.append({"write_s": t1 - t0, "reload_s": t2 - t0, "extra_bytes": _rss() - rss0})
         in_place = statistics.median(r["in_place_s"] for r in rows)
-        med = {k: statistics.median(r[k] for r in rows) for k in ("switch_s", "pause_s", "publish_s", "check_s")}
+        med = {
+            k: statistics.median(r[k] for r in rows)
+            for k in ("switch_s", "pause_s", "publish_s", "check_s", "swap_s", "engine_write_s")
+        }
         reload_s = statistics.median(r["reload_s"] for r in reload_rows) if reload_rows else None
         params = sum(v.numel() for v in v0.values())
         return {
@@ -247,6 +250,8 @@ def run(
             "pause_s": med["pause_s"],
             "switch_s": med["switch_s"],
             "check_s": med["check_s"],
+            "swap_s": med["swap_s"],
+            "engine_write_s": med["engine_write_s"],
             "publish_s": med["publish_s"],
             "separate_copy": not shared,
             "written_fraction": statistics.median(r["elements_written"] or 0 for r in rows) / params,

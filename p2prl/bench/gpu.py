@@ -7,7 +7,11 @@ One command for a volunteer or a lent GPU machine, printing one table:
 - generation against verification on a Qwen2.5-0.5B-shaped model (what share of the miner's work
   the validator redoes, at its default sample and recomputing everything);
 - a version switch: a signed patch applied in place to the running engine, against a fresh engine,
-  with the engine's weights hash checked against the trainer's every version.
+  with the engine's weights hash checked against the trainer's every version; then the same at
+  Qwen2.5-0.5B's shape with 1.3% and 50% of the elements changed per version (the engine's copy on
+  the GPU written with the changed elements only), the trainer's publish beside it.
+
+The switches run first (seconds), the honest miners last (minutes).
 
 It calls the benchmark functions directly, not through the CLI, so it runs in an existing CUDA
 environment whatever its typer, with only the packages the proof code imports. ``--device cpu``
@@ -23,6 +27,7 @@ import importlib.util
 import json
 import os
 import shutil
+import statistics
 import sys
 import time
 import traceback
@@ -63,10 +68,11 @@ class Sizes:
     groups: int
     versions: int
     reloads: int
+    big_switch_densities: tuple[float, ...]  # the 0.5B-shaped switch: fractions changed per version
 
 
-FULL = Sizes(("tiny", "big"), 512, 50, 0, 128, 32, 10, 2)
-QUICK = Sizes(("tiny",), 16, 0, 1, 8, 1, 2, 1)
+FULL = Sizes(("tiny", "big"), 512, 50, 0, 128, 32, 10, 2, (0.013, 0.5))
+QUICK = Sizes(("tiny",), 16, 0, 1, 8, 1, 2, 1, (0.013,))
 
 
 def missing_packages() -> list[str]:
@@ -195,20 +201,26 @@ def check_verify_cost(device: str, sizes: Sizes) -> Row:
     return Row("verify vs generate (0.5B shape)", device, ok, result, time.perf_counter() - t, rec)
 
 
-def check_switch(cache: Path, device: str, engine: str, sizes: Sizes) -> Row:
-    from p2prl.bench.engine_update import run
-    from p2prl.rl import VLLM_TINY, build_random_model_dir
+def _model_dir(cache: Path, name: str, shape: dict[str, int]) -> Path:
+    """A random Qwen3 of ``shape`` under ``cache`` (built aside and renamed: the cache may be shared)."""
+    from p2prl.rl import build_random_model_dir
 
-    t = time.perf_counter()
-    model = cache / "engine-update-qwen3-h64"  # the one `p2prl bench engine-update` builds
-    if not (model / "config.json").is_file():  # built aside and renamed: the cache may be shared
-        tmp = build_random_model_dir(
-            model.with_name(f".{model.name}.{os.getpid()}"), "qwen3", shape=VLLM_TINY
-        )
+    model = cache / name
+    if not (model / "config.json").is_file():
+        tmp = build_random_model_dir(model.with_name(f".{model.name}.{os.getpid()}"), "qwen3", shape=shape)
         try:
             tmp.rename(model)
         except OSError:  # another process built it first
             shutil.rmtree(tmp, ignore_errors=True)
+    return model
+
+
+def check_switch(cache: Path, device: str, engine: str, sizes: Sizes) -> Row:
+    from p2prl.bench.engine_update import run
+    from p2prl.rl import VLLM_TINY
+
+    t = time.perf_counter()
+    model = _model_dir(cache, "engine-update-qwen3-h64", VLLM_TINY)  # the one `bench engine-update` builds
     r = run(engine, model, versions=sizes.versions, device=device, reloads=sizes.reloads)
     r.pop("per_version", None)
     reload = f"fresh engine {r['reload_s']:.2f} s" if r["reload_s"] is not None else "no reload measured"
@@ -226,6 +238,39 @@ def check_switch(cache: Path, device: str, engine: str, sizes: Sizes) -> Row:
     )
 
 
+def check_big_switch(cache: Path, device: str, sizes: Sizes) -> Row:
+    """The transformers engine at Qwen2.5-0.5B's shape (362M as a Qwen3), each version changing a
+    seeded fraction of the bf16 elements (0.013: what an AdamW step at lr 1e-6 changes; 0.5: near
+    dense, as at lr 1e-5); the node's copy on the CPU, the engine's own on ``device`` written with the
+    changed elements only. The trainer's publish is timed beside it."""
+    from p2prl.bench.engine_update import run
+    from p2prl.rl import QWEN25_05B
+
+    t = time.perf_counter()
+    shape = dict(QWEN25_05B)
+    if sizes.shape_layers:
+        shape.update(num_hidden_layers=sizes.shape_layers, hidden_size=128, num_attention_heads=2)
+        shape.update(intermediate_size=256, num_key_value_heads=1)
+    model = _model_dir(cache, f"engine-update-qwen3-05b-{sizes.shape_layers or 'full'}", shape)
+    rec: dict[str, Any] = {}
+    parts, ok = [], True
+    for density in sizes.big_switch_densities:
+        r = run("hf", model, versions=3, device=device, reloads=1, density=density, separate=True)
+        rows = r.pop("per_version")
+        r["written_mb"] = [x["written_bytes"] / 1e6 for x in rows]
+        rec[str(density)] = r
+        ok = ok and bool(r["engine_hash_ok_every_version"])
+        parts.append(
+            f"{density:.1%} changed: switch {r['switch_s'] * 1e3:.0f} ms (check {r['check_s'] * 1e3:.0f} ms beside "
+            f"generation; pause {r['pause_s'] * 1e3:.0f} ms, of it engine write {r['engine_write_s'] * 1e3:.0f} ms "
+            f"of {statistics.median(r['written_mb']):.0f} MB) vs fresh {r['reload_s']:.2f} s, "
+            f"publish {r['publish_s']:.2f} s"
+        )
+    params = next(iter(rec.values()))["parameters"] if rec else 0
+    result = f"{params / 1e6:.0f}M: " + "; ".join(parts) + f"; engine hash = trainer's every version: {ok}"
+    return Row("version switch (hf, 0.5B shape)", device, ok, result, time.perf_counter() - t, rec)
+
+
 def table(rows: list[Row]) -> str:
     head = ("check", "where", "ok", "seconds", "result")
     cells = [(r.check, r.where, "ok" if r.ok else "FAIL", f"{r.seconds:.0f}", r.result) for r in rows]
@@ -235,10 +280,19 @@ def table(rows: list[Row]) -> str:
 
 
 def run_checks(
-    device: str, sizes: Sizes, cache: Path, out: Path | None, vllm: bool, log: Callable[[str], None]
+    device: str,
+    sizes: Sizes,
+    cache: Path,
+    out: Path | None,
+    vllm: bool,
+    log: Callable[[str], None],
+    only: frozenset[str] = frozenset(),
 ) -> list[Row]:
     """Every check in turn; one that raises is a failed row with its error, and the rest still run."""
     checks: list[tuple[str, str, Callable[[], Row]]] = [
+        ("switch_hf", device, lambda: check_switch(cache, device, "hf", sizes)),
+        ("switch_hf_05b", device, lambda: check_big_switch(cache, device, sizes)),
+        ("verify_cost", device, lambda: check_verify_cost(device, sizes)),
         (
             "honest_same_device",
             f"miner {device}, validator {device}",
@@ -253,14 +307,12 @@ def run_checks(
                 lambda: check_honest(cache, device, "cpu", sizes, log),
             )
         )
-    checks += [
-        ("verify_cost", device, lambda: check_verify_cost(device, sizes)),
-        ("switch_hf", device, lambda: check_switch(cache, device, "hf", sizes)),
-    ]
     if vllm:
         checks.append(("switch_vllm", device, lambda: check_switch(cache, device, "vllm", sizes)))
     rows = []
     for name, where, fn in checks:
+        if only and name not in only:
+            continue
         t = time.perf_counter()
         log(f"-- {name} ...")
         try:
@@ -300,6 +352,12 @@ def main(argv: list[str] | None = None) -> int:
         help="directory for each check's JSON record (default: $OUT when set)",
     )
     ap.add_argument("--quiet", action="store_true", help="only the device line and the table")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="comma-separated checks to run (switch_hf, switch_hf_05b, verify_cost, honest_same_device, "
+        "honest_cpu_validator, switch_vllm); default all",
+    )
     args = ap.parse_args(argv)
 
     missing = missing_packages()
@@ -325,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
     args.cache.mkdir(parents=True, exist_ok=True)
     log = (lambda _: None) if args.quiet else (lambda m: print(m, flush=True))
-    rows = run_checks(args.device, QUICK if args.quick else FULL, args.cache, args.out, args.vllm, log)
+    only = frozenset(x for x in args.only.split(",") if x)
+    rows = run_checks(args.device, QUICK if args.quick else FULL, args.cache, args.out, args.vllm, log, only)
     print(table(rows), flush=True)
     failed = [r.check for r in rows if not r.ok]
     print(f"gpu-check: {'FAILED: ' + ', '.join(failed) if failed else 'all checks passed'}")

@@ -7,8 +7,12 @@ pass), and hands the new state out only once that hash matches the one the patch
 
 from __future__ import annotations
 
+import os
 import struct
+import threading
+from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import blake3
 import numpy as np
@@ -49,6 +53,11 @@ SegmentChange = tuple[int, int, "np.ndarray | None", np.ndarray]  # tensor, star
 
 
 FINALISE_CHUNK = 1 << 20  # elements copied then hashed at a time (still in cache for the hash)
+# verify_only: segments decoded and patched on worker threads while this one hashes in order
+CHECK_WORKERS = max(1, min(4, (os.cpu_count() or 1) - 1))
+CHECK_INFLIGHT = 8  # segments decoded ahead of the hash at most (each about a segment's span)
+
+_Checked = tuple["np.ndarray | None", np.ndarray, np.ndarray, np.ndarray]  # positions, old, new, patched
 
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
@@ -89,15 +98,16 @@ class PatchApplier:
     ``base`` unless the patch is already known good (``staging=base`` applies in place; on failure
     its contents are undefined).
 
-    ``verify_only`` checks a patch without keeping its result: each segment is decoded once and the
-    result hashed through one reused chunk (base bytes with the new bits laid over them), so checking
-    costs one read of the model and one pass over the changed elements, and ``finish`` returns an
-    empty dict. ``record`` (a list) receives, per segment, what it changed: ``(tensor index, start,
+    ``verify_only`` checks a patch without keeping its result: each segment is decoded once, on a
+    worker thread, into a patched copy of its span, while this thread hashes the result in order, so
+    checking costs one read of the model, one hash pass and one pass over the changed elements, the
+    decode beside the hash, and ``finish`` returns an empty dict. ``record`` (a list) receives, per
+    segment, what it changed: ``(tensor index, start,
     positions or None for a dense segment, old XOR new bit patterns)``, enough to step the result
     back to the base and forward again in place; with ``verify_only`` it is what a caller XORs into
     ``base`` once the patch checked out (node/weights/live.py: one decode per switch, not two). ``values``
-    (a list) receives beside it each segment's new bit patterns (at the positions; dense: all), so
-    that write needs no read of the old ones.
+    (a list) receives beside it each segment's int64 positions (None: dense) and new bit patterns
+    (at the positions; dense: all), so that write needs no read of the old bits and no conversion.
     """
 
     def __init__(
@@ -108,7 +118,7 @@ class PatchApplier:
         staging: Mapping[str, TensorLike] | None = None,
         verify_only: bool = False,
         record: list[SegmentChange] | None = None,
-        values: list[np.ndarray] | None = None,
+        values: list[tuple[np.ndarray | None, np.ndarray]] | None = None,
     ) -> None:
         if verify_only and staging is not None:
             raise ValueError("verify_only keeps no result: no staging")
@@ -127,7 +137,12 @@ class PatchApplier:
         self._result_hash: str | None = None
         self._staging: dict[int, TensorLike] = {}
         self._views: dict[int, np.ndarray] = {}
-        self._scratch: dict[np.dtype, np.ndarray] = {}  # verify_only: one chunk per element width
+        # verify_only: what is still to be hashed, in order (bytes of the base, or a segment being
+        # decoded on a worker), and the workers
+        self._pending: deque[memoryview | tuple[int, int, Future[_Checked]]] = deque()
+        self._pool: ThreadPoolExecutor | None = None
+        self._spans: list[np.ndarray] = []  # verify_only: patched-span buffers to reuse (no page faults)
+        self._spans_lock = threading.Lock()
         # the result is finalised (copied, patched and hashed) in canonical order up to here
         self._cursor = (0, 0)
         self._entered = -1  # the last tensor whose hash prefix is in self._result
@@ -158,6 +173,7 @@ class PatchApplier:
     def _fail(self, error: PatchError) -> PatchError:
         """The applier is dead from here on: drop its staging copy and remember why."""
         self._error = error
+        self._close_pool()
         self._staging.clear()
         self._views.clear()
         self._buf = bytearray()
@@ -291,7 +307,7 @@ class PatchApplier:
                         np.copyto(dst[a:b], src[a:b])
                         self._result.update(memoryview(dst[a:b]).cast("B"))
                 else:
-                    self._result.update(memoryview(src[cur_off:end]).cast("B"))
+                    self._hash_base(memoryview(src[cur_off:end]).cast("B"))
             if cur_t < ti:
                 cur_t, cur_off = cur_t + 1, 0
             else:
@@ -304,7 +320,7 @@ class PatchApplier:
         if self._entered < ti:
             spec = self._header.tensors[ti]
             nbytes = spec.numel * BY_NAME[spec.dtype].itemsize
-            self._result.update(entry_prefix(spec.name, spec.dtype, spec.shape, nbytes))
+            self._hash_base(memoryview(entry_prefix(spec.name, spec.dtype, spec.shape, nbytes)))
             self._entered = ti
 
     def _apply_segment(self, seg: SegmentHead, iframe: memoryview, vframe: memoryview) -> None:
@@ -314,45 +330,90 @@ class PatchApplier:
         spec = self._header.tensors[seg.tensor]
         end = seg.start + seg.span
         src = uint_view(self._base[spec.name])[seg.start : end]
+        if self._verify_only:  # decoded and patched on a worker; hashed here, in order
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(CHECK_WORKERS, thread_name_prefix="p2prl-check")
+            job = self._pool.submit(self._check_segment, seg, bytes(iframe), bytes(vframe), src, spec)
+            self._pending.append((seg.tensor, seg.start, job))
+            self._drain(CHECK_INFLIGHT)
+            self._cursor = (seg.tensor, end)
+            return
         pos, old, new = self._decode(seg, iframe, vframe, src)
-        if self._record is not None:
-            self._record.append((seg.tensor, seg.start, None if pos is None else pos.astype(np.uint32), old ^ new))
-        if self._values is not None:
-            self._values.append(new)
-        if self._verify_only:  # hashed through a scratch chunk: nothing staged, nothing allocated per segment
-            self._hash_patched(spec, src, pos, new)
+        self._keep(seg.tensor, seg.start, pos, old, new)
+        target = self._view(seg.tensor)[seg.start : end]
+        if pos is None:
+            target[...] = new
         else:
-            target = self._view(seg.tensor)[seg.start : end]
-            if pos is None:
-                target[...] = new
-            else:
-                if not _same_memory(target, src):
-                    np.copyto(target, src)
-                target[pos] = new
-            check_bool_bits(spec.dtype, target, spec.name)  # the untouched rest was checked when hashed
-            self._result.update(memoryview(target).cast("B"))
+            if not _same_memory(target, src):
+                np.copyto(target, src)
+            target[pos] = new
+        check_bool_bits(spec.dtype, target, spec.name)  # the untouched rest was checked when hashed
+        self._result.update(memoryview(target).cast("B"))
         self._cursor = (seg.tensor, end)
 
-    def _hash_patched(self, spec: TensorSpec, src: np.ndarray, pos: np.ndarray | None, new: np.ndarray) -> None:
-        """Hash ``src`` with ``new`` at ``pos`` (a dense segment: ``new`` whole) without writing ``src``."""
+    def _keep(self, ti: int, start: int, pos: np.ndarray | None, old: np.ndarray, new: np.ndarray) -> None:
+        if self._record is not None:
+            self._record.append((ti, start, None if pos is None else pos.astype(np.uint32), old ^ new))
+        if self._values is not None:
+            self._values.append((pos, new))
+
+    def _check_segment(
+        self, seg: SegmentHead, iframe: bytes, vframe: bytes, src: np.ndarray, spec: TensorSpec
+    ) -> _Checked:
+        """On a worker: one segment decoded and checked, and its span with the new bits laid over the
+        base's (``src`` is only read)."""
+        pos, old, new = self._decode(seg, memoryview(iframe), memoryview(vframe), src)
         if pos is None:
-            check_bool_bits(spec.dtype, new, spec.name)
-            self._result.update(memoryview(new).cast("B"))
-            return
-        scratch = self._scratch.get(src.dtype)
-        if scratch is None:
-            scratch = self._scratch[src.dtype] = np.empty(FINALISE_CHUNK, dtype=src.dtype)
-        n = src.size
-        cuts = np.searchsorted(pos, np.arange(0, n + FINALISE_CHUNK, FINALISE_CHUNK)).tolist()
-        for k, a in enumerate(range(0, n, FINALISE_CHUNK)):
-            b = min(n, a + FINALISE_CHUNK)
-            chunk = scratch[: b - a]
-            np.copyto(chunk, src[a:b])
-            i, j = cuts[k], cuts[k + 1]
-            if j > i:
-                chunk[pos[i:j] - a] = new[i:j]
-            check_bool_bits(spec.dtype, chunk, spec.name)
-            self._result.update(memoryview(chunk).cast("B"))
+            patched = new
+        else:
+            patched = self._span_buffer(src)
+            np.copyto(patched, src)
+            patched[pos] = new
+        check_bool_bits(spec.dtype, patched, spec.name)
+        return pos, old, new, patched
+
+    def _span_buffer(self, like: np.ndarray) -> np.ndarray:
+        """A reused buffer shaped like ``like`` (fresh pages cost more than the copy into them)."""
+        with self._spans_lock:
+            for i, b in enumerate(self._spans):
+                if b.dtype == like.dtype and b.size >= like.size:
+                    return self._spans.pop(i)[: like.size]
+        return np.empty(max(like.size, FINALISE_CHUNK), like.dtype)[: like.size]
+
+    def _hash_base(self, data: memoryview) -> None:
+        """Hash ``data`` after whatever is still pending (segments being decoded come first)."""
+        if self._pending:
+            self._pending.append(data)
+        else:
+            self._result.update(data)
+
+    def _drain(self, keep: int) -> None:
+        """Hash what is pending, in order: what is ready, and beyond ``keep`` entries also what is not."""
+        assert self._header is not None
+        while self._pending:
+            head = self._pending[0]
+            if isinstance(head, memoryview):
+                self._result.update(self._pending.popleft())
+                continue
+            ti, start, job = head
+            if len(self._pending) <= keep and not job.done():
+                return
+            self._pending.popleft()
+            pos, old, new, patched = job.result()  # a worker's PatchError is raised here
+            self._keep(ti, start, pos, old, new)
+            self._result.update(memoryview(patched).cast("B"))
+            if pos is not None:
+                with self._spans_lock:
+                    self._spans.append(patched.base if patched.base is not None else patched)
+
+    def _close_pool(self) -> None:
+        for entry in self._pending:
+            if not isinstance(entry, memoryview):
+                entry[2].cancel()
+        self._pending.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
     def _decode(
         self, seg: SegmentHead, iframe: memoryview, vframe: memoryview, src: np.ndarray
@@ -398,9 +459,15 @@ class PatchApplier:
             raise self._fail(truncated)
         try:
             self._advance_to(len(self._header.tensors), 0)
+            self._drain(0)
         except PatchError as e:
             self._fail(e)
             raise
+        except (ValueError, IndexError, KeyError, OverflowError, MemoryError, TypeError, struct.error) as e:
+            raise self._fail(PatchError(PatchReason.MALFORMED, f"malformed patch: {e}")) from None
+        finally:
+            if self._error is None:
+                self._close_pool()
         out: dict[str, TensorLike] = {}
         for ti, spec in enumerate(self._header.tensors if not self._verify_only else ()):
             out[spec.name] = self._staging[ti] if ti in self._staging else self._base[spec.name]

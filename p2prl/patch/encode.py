@@ -8,6 +8,7 @@ chain length. Encoding yields segments as they are made, the diff spread over wo
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -46,7 +47,9 @@ __all__ = ["PatchEncoder", "PatchStats", "encode_patch", "iter_patch"]
 
 DENSE_DIV = 4  # a segment with more than 1/DENSE_DIV of its elements changed is sent dense
 VALUE_SAMPLE = 1 << 16  # above this many values, raw-vs-delta is decided on a sample
-WINDOW = 8  # segments in flight per encoder: bounds memory while keeping the threads busy
+WINDOW = 8  # segments in flight per encoder (at least two per thread): bounds memory, keeps the threads busy
+# segments encoded at once by default: the machine's cores, 2 to 8 (the result hash has its own thread)
+THREADS = max(2, min(8, (os.cpu_count() or 2) - 1))
 DEFAULT_INDEX_CODING = "u16esc"
 _INDEX_BY_NAME = {"leb128": INDEX_LEB128, "u16esc": INDEX_U16ESC}
 _tls = threading.local()
@@ -175,7 +178,7 @@ class PatchEncoder:
         base_hash: str | None = None,
         result_hash: str | None = None,
         index_coding: str = DEFAULT_INDEX_CODING,
-        threads: int = 2,
+        threads: int = THREADS,
         segment_span: int = SEGMENT_SPAN,
     ) -> None:
         if index_coding not in (*_INDEX_BY_NAME, "auto"):
@@ -239,7 +242,7 @@ class PatchEncoder:
 
                 for ti, start, old, new in self._work():
                     pending.append(pool.submit(_encode_segment, ti, start, old, new, level, ic))
-                    if len(pending) >= WINDOW:
+                    if len(pending) >= max(WINDOW, 2 * self.threads):
                         data = drain(pending.popleft())
                         if data is not None:
                             n_segments += 1

@@ -51,7 +51,9 @@ def sorted_names(names: Iterable[str]) -> list[str]:
 
 
 def weights_hash(state: Mapping[str, TensorLike]) -> str:
-    """BLAKE3 hex of the canonical serialization of ``state`` (CPU, contiguous tensors)."""
+    """BLAKE3 hex of the canonical serialization of ``state`` (contiguous tensors; one on another
+    device is read back to the host one tensor at a time, so hashing a CUDA model holds one tensor's
+    copy at most)."""
     return _digest(blake3.blake3(max_threads=blake3.blake3.AUTO), state)
 
 
@@ -64,7 +66,7 @@ def weights_sha256(state: Mapping[str, TensorLike]) -> str:
 def _digest(h: Any, state: Mapping[str, TensorLike]) -> str:
     h.update(DOMAIN + struct.pack("<I", len(state)))
     for name in sorted_names(state):
-        t = state[name]
+        t = _on_host(state[name])
         d = dtype_of(t)
         v = uint_view(t)
         check_bool_bits(d.name, v, name)
@@ -72,6 +74,13 @@ def _digest(h: Any, state: Mapping[str, TensorLike]) -> str:
         if v.nbytes:
             h.update(memoryview(v).cast("B"))
     return h.hexdigest()
+
+
+def _on_host(t: TensorLike) -> TensorLike:
+    device = getattr(t, "device", None)
+    if device is not None and device.type != "cpu":
+        return t.detach().to("cpu")  # type: ignore[union-attr]
+    return t
 
 
 def read_safetensors_header(

@@ -72,13 +72,21 @@ def test_cpu_quick_run_prints_the_table(model_cache: Path, tmp_path: Path) -> No
     assert text.startswith("no CUDA device") or text.startswith("CUDA device")
     table = text[text.index("check ") :].splitlines()
     checks = {line.split("  ")[0] for line in table[1:] if line and not line.startswith("gpu-check")}
-    assert checks == {"honest miner (tiny)", "verify vs generate (0.5B shape)", "version switch (hf)"}, text
-    assert all("  ok  " in line for line in table[1:4]), text
+    assert checks == {
+        "honest miner (tiny)",
+        "verify vs generate (0.5B shape)",
+        "version switch (hf)",
+        "version switch (hf, 0.5B shape)",
+    }, text
+    assert all("  ok  " in line for line in table[1:5]), text
     assert text.rstrip().endswith("gpu-check: all checks passed")
     records = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
-    assert set(records) == {"honest_same_device", "verify_cost", "switch_hf"}
+    assert set(records) == {"honest_same_device", "verify_cost", "switch_hf", "switch_hf_05b"}
     honest = records["honest_same_device"]["record"]
     assert honest["rollouts"] > 0 and honest["false_rejects"] == 0
     assert records["switch_hf"]["record"]["engine_hash_ok_every_version"] is True
+    big = records["switch_hf_05b"]["record"]["0.013"]
+    assert big["engine_hash_ok_every_version"] is True and big["separate_copy"] is True
+    assert 0 < big["written_fraction"] < 0.05  # the changed elements only, not the model
     v = records["verify_cost"]["record"]
     assert v["verify_default_accepted"] == v["verify_all_accepted"] == v["rollouts"] > 0

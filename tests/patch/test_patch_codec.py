@@ -313,12 +313,17 @@ def _xor_in(state, record):
 
 @pytest.mark.parametrize("chunk", [5, 1 << 20])
 @pytest.mark.parametrize("density", [0.01, 0.6])
-def test_verify_only_records_what_apply_writes(monkeypatch, chunk, density):
-    """The check decodes once, hashes the result through a reused chunk (small chunks: positions fall
-    on every chunk boundary) and records the changed bits; XOR-ing them into the base is the result."""
+@pytest.mark.parametrize("inflight", [0, 8])
+def test_verify_only_records_what_apply_writes(monkeypatch, chunk, density, inflight):
+    """The check decodes each segment once on a worker (``inflight`` segments ahead of the hash at
+    most) and hashes the result in order; it records the changed bits; XOR-ing them into the base is
+    the result; no worker thread outlives the check."""
+    import threading
+
     import p2prl.patch.apply as apply_mod
 
     monkeypatch.setattr(apply_mod, "FINALISE_CHUNK", chunk)
+    monkeypatch.setattr(apply_mod, "CHECK_INFLIGHT", inflight)
     base, new = _pair({"w": (40, 30), "b": (30,), "n": (7,), "z": (3, 3)}, torch.bfloat16, density)
     new["z"] = base["z"].clone()  # untouched
     patch = b"".join(PatchEncoder(base, new, segment_span=64).segments())
@@ -328,6 +333,7 @@ def test_verify_only_records_what_apply_writes(monkeypatch, chunk, density):
     assert record and any(r[2] is None for r in record) == (density > 0.25)
     _xor_in(base, record)
     assert bits_equal(base, new)
+    assert not [t for t in threading.enumerate() if t.name.startswith("p2prl-check")]
 
 
 def test_verify_only_rejects_every_bit_flip_and_truncation(fuzz_case):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from p2prl.gilslices import short_gil_slices
 from p2prl.node.weights.version import State, Switch, TensorWrite, Weights
 from p2prl.patch import (
     PatchApplier,
@@ -37,6 +38,8 @@ from p2prl.patch import (
 from p2prl.protocol import PatchManifest
 
 log = logging.getLogger(__name__)
+# a checked segment's int64 positions (None: a dense segment) and its new bit patterns
+Values = tuple["np.ndarray | None", np.ndarray]
 
 
 class LiveWeights:
@@ -102,7 +105,8 @@ class LiveWeights:
             # never steps the tensors itself: a validator may be using an older version right now
             if self.hash is None or self.hash != m.base_hash or self.loaded != self.head:
                 return None
-            return Prepared(m, self.head, *self._check(m, blob))
+            with short_gil_slices():  # beside a generation loop that holds the GIL
+                return Prepared(m, self.head, *self._check(m, blob))
 
     def advance(
         self,
@@ -146,7 +150,7 @@ class LiveWeights:
             w.switch = switch
             return w
 
-    def _check(self, m: PatchManifest, blob: bytes) -> tuple[list[SegmentChange], list[np.ndarray]]:
+    def _check(self, m: PatchManifest, blob: bytes) -> tuple[list[SegmentChange], list[Values]]:
         """Verify delta ``m`` against the live tensors (unchanged): what it changes, per segment
         (positions and XOR, for stepping back), and the new bits there."""
         if self.hash is None or self.hash != m.base_hash:
@@ -155,7 +159,7 @@ class LiveWeights:
                 PatchReason.WRONG_BASE, f"version {m.version} applies to {m.base_hash[:16]}…, state is {held}"
             )
         changes: list[SegmentChange] = []
-        values: list[np.ndarray] = []
+        values: list[tuple[np.ndarray | None, np.ndarray]] = []
         check = PatchApplier(self.state, base_hash=self.hash, verify_only=True, record=changes, values=values)
         check.feed(blob)
         if check.header is not None and check.header.base_hash != m.base_hash:
@@ -172,7 +176,7 @@ class LiveWeights:
         return changes, values
 
     def _apply_delta(
-        self, m: PatchManifest, blob: bytes | None, checked: tuple[list[SegmentChange], list[np.ndarray]] | None
+        self, m: PatchManifest, blob: bytes | None, checked: tuple[list[SegmentChange], list[Values]] | None
     ) -> Switch:
         """Write a verified delta's new bits at the positions its check recorded (the patch is decoded
         once, by the check; the old bits are not read again); returns the switch as a value."""
@@ -181,18 +185,17 @@ class LiveWeights:
             checked = self._check(m, blob)
         changes, values = checked
         writes = []
-        for (ti, start, pos, _), new in zip(changes, values, strict=True):
+        for (ti, start, _, _), (pos, new) in zip(changes, values, strict=True):
             name = self._names[ti]
             t = self.state[name]
             v = uint_view(t)
             if pos is None:
                 v[start : start + new.size] = new
                 writes.append(TensorWrite(name, start, None, t.view(-1)[start : start + new.size]))
-            else:
+            else:  # the check's own int64 positions: nothing converted while generation waits
                 v[start:][pos] = new
                 signed = new.view(np.dtype(f"i{new.dtype.itemsize}"))
-                idx = torch.from_numpy(pos.astype(np.int64))
-                writes.append(TensorWrite(name, start, idx, torch.from_numpy(signed).view(t.dtype)))
+                writes.append(TensorWrite(name, start, torch.from_numpy(pos), torch.from_numpy(signed).view(t.dtype)))
         if self._changed is not None:
             self._changed.update(self._names[c[0]] for c in changes)
         self._steps[m.version] = changes if self.keep > 1 else []
@@ -233,7 +236,7 @@ class Prepared:
     manifest: PatchManifest
     base: int
     changes: list[SegmentChange]
-    values: list[np.ndarray]
+    values: list[Values]
 
 
 def _matches(prepared: Prepared | None, m: PatchManifest, live: LiveWeights) -> bool:
