@@ -3,10 +3,12 @@
 Run by path with the tree to measure first on ``PYTHONPATH`` (it uses only what both the old and the
 new tree have; a tree with ``LiveWeights.prepare`` is measured as check, then swap)::
 
-    PYTHONPATH=<tree> python p2prl/bench/switch_cost.py MODEL_DIR DENSITY VERSIONS
+    PYTHONPATH=<tree> python p2prl/bench/switch_cost.py MODEL_DIR DENSITY VERSIONS [busy]
 
 Per version: the trainer's ``ChainPublisher.publish`` of the weights with ``DENSITY`` of the bf16
-elements moved by 1–3 ulps, then the node's ``LiveWeights`` switch to it. Prints one JSON list.
+elements moved by 1–3 ulps, then the node's ``LiveWeights`` switch to it. ``busy``: a thread runs
+Python without pause the whole time, as a generation loop driving a GPU nearly does (the check and
+the publish then compete with it for the GIL). Prints one JSON list.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import json
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 
-def main(model_dir: str, density: float, versions: int) -> list[dict[str, Any]]:
+def main(model_dir: str, density: float, versions: int, busy: bool = False) -> list[dict[str, Any]]:
     import numpy as np
     from safetensors.torch import load_file
 
@@ -40,9 +43,19 @@ def main(model_dir: str, density: float, versions: int) -> list[dict[str, Any]]:
         return out
 
     work = tempfile.mkdtemp(prefix="p2prl-switch-cost-")
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(range(1000))
+
+    spinner = threading.Thread(target=spin, daemon=True)
+    if busy:
+        spinner.start()
     try:
         return _measure(work, state, step, density, versions)
     finally:
+        stop.set()
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -100,4 +113,4 @@ def _measure(work: str, state: dict[str, Any], step: Any, density: float, versio
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1], float(sys.argv[2]), int(sys.argv[3]))))
+    print(json.dumps(main(sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4:5] == ["busy"])))
