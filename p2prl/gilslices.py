@@ -3,9 +3,9 @@
 A weights check or a publish is thousands of numpy, zstd and BLAKE3 calls that each release the GIL
 and then wait to take it back. Beside a thread that runs Python without pause (a transformers
 generation loop, most of all one driving a GPU), CPython hands the GIL over only every switch
-interval (5 ms): each of those calls then waits up to a slice, and a 0.3 s check of a 0.5B model
-took 10 s beside a busy thread. While at least one such job runs the interval is 0.2 ms (the
-check: 0.8 s there); it is restored when the last one ends.
+interval (5 ms): each of those calls then waits up to a slice, and a 0.4 s check of a 0.5B model
+took 17 s beside a busy thread, a 0.5 s publish 13 s. While at least one such job runs the interval
+is 0.2 ms (1 s and 1.1 s there); it is restored when the last one ends.
 """
 
 from __future__ import annotations

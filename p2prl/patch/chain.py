@@ -19,6 +19,7 @@ import torch
 
 from p2prl.atomicfile import write_atomic
 from p2prl.crypto import Identity
+from p2prl.gilslices import short_gil_slices
 from p2prl.patch.anchors import ANCHOR_CODEC, decode_anchor, encode_anchor
 from p2prl.patch.apply import PatchApplier
 from p2prl.patch.dtypes import uint_view
@@ -384,7 +385,13 @@ class ChainPublisher:
 
         ``state`` is read in place (it must not change until this returns); the chain's own copy of
         the last version is brought up to it by writing the elements the patch changes, so a publish
-        costs one read of both states and a pass over the changed elements, not a copy of the model."""
+        costs one read of both states and a pass over the changed elements, not a copy of the model.
+        It runs in short GIL slices: beside the learner's thread, each of its thousands of short
+        calls would otherwise wait for a 5 ms slice (p2prl/gilslices.py)."""
+        with short_gil_slices():
+            return self._publish(state)
+
+    def _publish(self, state: Mapping[str, torch.Tensor]) -> PublishedVersion:
         delta = anchor = None
         t0 = time.monotonic()
         if self._state is None:

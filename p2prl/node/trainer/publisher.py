@@ -14,7 +14,6 @@ from pathlib import Path
 
 import torch
 
-from p2prl.gilslices import short_gil_slices
 from p2prl.node.runtime.role import RoleEnv
 from p2prl.node.setup.settings import TrainerSettings
 from p2prl.node.trainer.learner import Mailbox, State
@@ -72,8 +71,7 @@ class Publisher:
         """Publish ``state`` as the next version: sign, store, serve, gossip, mirror, retain, checkpoint."""
         env = self.env
         t0 = time.monotonic()
-        with short_gil_slices():  # beside the learner's thread
-            pv = self.chain.publish(state)
+        pv = self.chain.publish(state)
         env.status.gauge("patch_encode_ms", self.chain.last_encode_s * 1000)  # set before the version
         for item in pv.items:  # the chain stored and pinned the blobs in our store
             env.net.serve(item.manifest.blob)

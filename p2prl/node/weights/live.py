@@ -121,7 +121,7 @@ class LiveWeights:
         last good version. An anchor is decoded beside the state (its one full copy, held only while
         it is copied in) and checked against its hash first. The Weights returned carry the
         :class:`Switch` (the writes from the previous head) when the plan was all deltas."""
-        with self._lock:
+        with self._lock, short_gil_slices():
             self._goto(self.head)
             switch: Switch | None = None
             for i, m in enumerate(plan):
