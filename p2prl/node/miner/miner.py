@@ -207,7 +207,8 @@ class Miner:
         """Nothing to pause: a miner's batches are its only output, and they are bounded per version."""
 
     def close(self) -> None:
-        """Nothing held beyond the runtime's threads."""
+        """The newest version saved (saves are spaced while running)."""
+        self.host.close()
 
 
 @dataclass(frozen=True)

@@ -572,4 +572,5 @@ class Validator:
         """Nothing to pause: verdicts answer what miners announce."""
 
     def close(self) -> None:
-        """Nothing held beyond the runtime's threads."""
+        """The newest version saved (saves are spaced while running)."""
+        self.host.close()

@@ -12,7 +12,8 @@ Who writes what, on which thread:
   one-delta plan against the live tensors without changing them (:meth:`ModelHost.prepare`);
 - the role's own thread, between uses of the model, is the only writer of the tensors and the
   engine: :meth:`ModelHost.switch` applies the staged plans (each patch verified before any tensor
-  changes), saves the newest version, sets it current and, for a miner, writes the switch into the
+  changes), saves the newest version (at most every ``SAVE_EVERY_S``; :meth:`ModelHost.close` saves
+  the last), sets it current and, for a miner, writes the switch into the
   engine; a validator's :meth:`ModelHost.source` steps the tensors to the version a batch was made
   at and loads the engine with it;
 - any thread reads the current version (:attr:`ModelHost.current`) under the host's lock.
@@ -70,6 +71,11 @@ def _shares(model: torch.nn.Module, state: State) -> bool:
     return all(n in own and own[n].data_ptr() == t.data_ptr() for n, t in state.items())
 
 
+# The newest version is written to disk at most this often (and when the role closes): a save writes
+# and fsyncs the whole model, which at every switch held a 0.5B model's generation for seconds.
+SAVE_EVERY_S = 30.0
+
+
 class ModelHost:
     """The live tensors, the engine, the current and staged versions, the versions a validator can
     load again, the saved copy; see the module docstring for who calls what on which thread.
@@ -104,6 +110,7 @@ class ModelHost:
         self._versions[start.version] = start
         self._engine_version: int | None = None  # loaded in the engine (None: nothing, or the tensors moved)
         self._switched: Switched | None = None
+        self._saved: tuple[int, float] | None = None  # (version, monotonic time) of the last save
         env.status.set(version=start.version, weights_hash=start.status_hash)
         if follow:
             self._load_engine(start)
@@ -181,8 +188,27 @@ class ModelHost:
             for w in done:
                 self._versions[w.version] = w
         if done:
-            save_weights(done[-1], self.weights_dir)
+            self._save(done[-1], every_s=SAVE_EVERY_S)
         return done, error
+
+    def _save(self, w: Weights, every_s: float = 0.0) -> None:
+        """Save ``w`` (the live tensors at its version) unless it is saved, or the last save is less
+        than ``every_s`` old: a restart resumes from it and re-applies the patches its store holds."""
+        now = time.monotonic()
+        last = self._saved
+        if w.hash is None or (last is not None and (last[0] == w.version or now - last[1] < every_s)):
+            return
+        t0 = time.monotonic()
+        save_weights(w, self.weights_dir)
+        self._saved = (w.version, now)
+        self.env.status.gauge("weights_save_ms", (time.monotonic() - t0) * 1000)
+
+    def close(self) -> None:
+        """On the role's thread, once its loops stopped: save the newest version if it is not."""
+        with self._lock:
+            self._staged = []
+        self.live.goto(self.live.head)  # a validator may have stepped the tensors back
+        self._save(self.live.weights())
 
     def can_load(self, version: int) -> bool:
         """Whether :meth:`source` would load ``version`` now: held, verified, its tensors reachable

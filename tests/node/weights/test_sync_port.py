@@ -150,7 +150,8 @@ class Net:
 def test_unverified_start_is_never_a_patch_base_and_syncs_from_an_anchor(tmp_path: Path) -> None:
     """A node whose base model does not hash to the genesis' starts at version 0 unverified: the
     delta to version 1 is refused on it, nothing is saved, and sync goes through version 0's anchor;
-    from the verified version on, deltas apply and are saved."""
+    from the verified version on, deltas apply; the first is saved at once, later ones at most every
+    30 s and when the role stops."""
     net, want = Net(tmp_path), states(3)
     assert not net.host.current.verified and net.host.current.hash is None
     assert net.miner.status.snapshot()["weights_hash"] == ""  # the status shows unverified as ""
@@ -177,8 +178,13 @@ def test_unverified_start_is_never_a_patch_base_and_syncs_from_an_anchor(tmp_pat
         assert w.hash == net.book.get(2, "delta").result_hash and bits_equal(net.live.state, want[2])
         assert net.counter("slow_path_syncs") == 1 and net.counter("sync_failures") == 0
         assert net.miner.status.snapshot()["weights_hash"] == w.hash
+        saved = load_saved_weights(net.weights_dir)  # saves are spaced: the whole model each
+        assert saved is not None and saved.version == 1
     finally:
         net.stop(t)
+    net.host.close()  # the role stopping saves the newest version
+    saved = load_saved_weights(net.weights_dir)
+    assert saved is not None and saved.version == 2 and bits_equal(saved.state, want[2])
 
 
 def test_unverified_start_at_the_head_version_takes_its_anchor(tmp_path: Path) -> None:
