@@ -55,6 +55,11 @@ RETRY_NEW_BELOW = 16  # a new key's batch is retried only while fewer announceme
 FETCHERS = 3  # blobs fetched in parallel, off the judging thread; fetcher 0 serves good standing only
 READY_MAX = 4  # fetched blobs waiting to be judged
 BEHIND_S = 30.0  # an announcement queued this long: judging is behind, and status says so
+# Judging waits this long at most for calibration's first tolerances (about 2 s on the default
+# model): a dishonest demo miner's first batch, judged with the genesis's loose ones meanwhile on an
+# AVX2 machine, was accepted. A calibration slower than this (a loaded machine, a real model) is
+# judged through with the genesis's tolerances as before, so batches do not go stale waiting.
+FIRST_TOLERANCES_WAIT_S = 10.0
 # a batch of a miner in standing that does not continue its last judged one waits this long for the
 # batch before it (gossip may deliver a miner's announcements out of order) before it is index_gap
 REORDER_HOLD_S = 5.0
@@ -143,6 +148,7 @@ class Validator:
         vcfg = ValidatorConfig.from_genesis(env.g, checked_per_group=env.settings.checked_per_group)
         task = task_of(env)  # built once: a data-backed task reads and hashes its file
         self._tuned: ValidatorConfig | None = None  # calibrated tolerances, applied between two checks
+        self._calibration_started = 0.0
         self.calibration: threading.Thread | None = None
         if env.settings.calibrate_tolerances:
             self.calibration = self._start_calibration(tok, task, gen, start, vcfg)
@@ -181,6 +187,7 @@ class Validator:
             self._tuned = calibrated(self.engine.model, tok, task, gen, seed_hash, vcfg)
             return None
         self.env.status.set(calibrating=True)
+        self._calibration_started = time.monotonic()
         log.info("calibrating tolerances in the background; judging with the genesis's tolerances until done")
 
         def run() -> None:
@@ -250,6 +257,9 @@ class Validator:
             self._release_held()  # batches whose wait for the batch before them is over
             self._maybe_publish_scores()
             self._report_backlog()
+            if self._awaiting_first_tolerances():
+                env.stop.wait(0.1)
+                continue
             try:
                 item, data = self.ready.get(timeout=0.5)
             except queue.Empty:
@@ -543,6 +553,14 @@ class Validator:
 
     def _calibrating(self) -> bool:
         return self.calibration is not None and self.calibration.is_alive()
+
+    def _awaiting_first_tolerances(self) -> bool:
+        """Judging waits up to ``FIRST_TOLERANCES_WAIT_S`` for calibration's first tolerances."""
+        return (
+            self._tuned is None
+            and self._calibrating()
+            and time.monotonic() - self._calibration_started < FIRST_TOLERANCES_WAIT_S
+        )
 
     def _maybe_publish_scores(self) -> None:
         now = time.monotonic()

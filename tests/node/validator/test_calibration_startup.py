@@ -44,6 +44,10 @@ def test_batches_judged_while_calibrating(make_net, monkeypatch: pytest.MonkeyPa
         (v,) = made
         assert entered.wait(30) and rt.status.snapshot()["calibrating"] is True
         genesis_cfg = v.checker.config
+        # the judging loop waits a few seconds for the first calibrated tolerances, then goes on
+        assert v._awaiting_first_tolerances()
+        monkeypatch.setattr(vmod, "FIRST_TOLERANCES_WAIT_S", 0.0)
+        assert not v._awaiting_first_tolerances()
 
         miner = Identity.generate()
         g = v.env.g.generation
