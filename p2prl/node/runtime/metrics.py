@@ -105,6 +105,7 @@ _DECLARED: list[Metric] = [
     Metric("s3_errors", L, "S3 errors by kind."),
     Metric("patch_last_bytes", G, "Size of the last patch applied."),
     Metric("patch_apply_ms", G, "Time the last patch took to apply (ms)."),
+    Metric("weights_save_ms", G, "Time the last save of the weights to disk took (ms; at most every 30 s and at stop)."),
     Metric("patch_verify_ms", G, "Time the last patch took to check beside generation, before the swap (ms)."),
     Metric("patch_fetch_ms", G, "Time the last patch took to fetch (ms)."),
     # every role: node
