@@ -57,6 +57,9 @@ FINALISE_CHUNK = 1 << 20  # elements copied then hashed at a time (still in cach
 CHECK_WORKERS = max(1, min(4, (os.cpu_count() or 1) - 1))
 CHECK_INFLIGHT = 8  # segments decoded ahead of the hash at most (each about a segment's span)
 
+# what decoding bytes a peer made may raise besides PatchError: the patch is malformed
+_MALFORMED = (ValueError, IndexError, KeyError, OverflowError, MemoryError, TypeError, struct.error)
+
 _Checked = tuple["np.ndarray | None", np.ndarray, np.ndarray, np.ndarray]  # positions, old, new, patched
 
 
@@ -167,7 +170,7 @@ class PatchApplier:
         except PatchError as e:
             self._fail(e)
             raise
-        except (ValueError, IndexError, KeyError, OverflowError, MemoryError, TypeError, struct.error) as e:
+        except _MALFORMED as e:
             raise self._fail(PatchError(PatchReason.MALFORMED, f"malformed patch: {e}")) from None
 
     def _fail(self, error: PatchError) -> PatchError:
@@ -463,7 +466,7 @@ class PatchApplier:
         except PatchError as e:
             self._fail(e)
             raise
-        except (ValueError, IndexError, KeyError, OverflowError, MemoryError, TypeError, struct.error) as e:
+        except _MALFORMED as e:
             raise self._fail(PatchError(PatchReason.MALFORMED, f"malformed patch: {e}")) from None
         finally:
             if self._error is None:

@@ -198,10 +198,9 @@ class ModelHost:
         last = self._saved
         if w.hash is None or (last is not None and (last[0] == w.version or now - last[1] < every_s)):
             return
-        t0 = time.monotonic()
         save_weights(w, self.weights_dir)
         self._saved = (w.version, now)
-        self.env.status.gauge("weights_save_ms", (time.monotonic() - t0) * 1000)
+        self.env.status.gauge("weights_save_ms", (time.monotonic() - now) * 1000)
 
     def close(self) -> None:
         """On the role's thread, once its loops stopped: save the newest version if it is not."""
