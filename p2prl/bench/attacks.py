@@ -4,6 +4,8 @@ what an attacker announces, has it judged as a network judges it, and says what 
 - ``steer_in_margin``: at each position where another token's interval lies within the validator's
   sampling margin of the public uniform, take whichever candidate's honest continuation earns more
   reward (a lookahead); everything else honest. Gain: steered reward over the honest draw's.
+- ``steer_in_budget``: the same, steering only as many positions as each rung of the validator's
+  sampling check allows a batch (an attacker who knows its rates).
 - ``payload_unrecomputed``: one rollout per batch replaced by a fabricated rewarded completion (the
   problem's answer), proved by the right model. Caught when the validator rejects it or the
   trainer's token check (``rl.verify``) leaves it out; ``trained`` counts its tokens a step trained on.
@@ -124,8 +126,9 @@ def _complete(ctx: Ctx, prompt: list[int], prefix: list[int], u: np.ndarray) -> 
     return out
 
 
-def _candidates(logits: Any, u: float, margin: float, temperature: float, top_p: float) -> list[int]:
-    """Tokens whose interval lies within ``margin`` of ``u`` (the honest pick among them)."""
+def _candidates(logits: Any, u: float, margin: float, temperature: float, top_p: float) -> dict[int, float]:
+    """Tokens whose interval lies within ``margin`` of ``u``, each with its distance (the honest
+    pick among them, at 0)."""
     from p2prl.rl.sampling import processed_probs
 
     p = processed_probs(logits, temperature, top_p)[0]
@@ -133,22 +136,46 @@ def _candidates(logits: Any, u: float, margin: float, temperature: float, top_p:
     hi = p.cumsum(0) / total
     lo = hi - p / total
     d = np.maximum(0.0, np.maximum(lo.numpy() - u, u - hi.numpy()))
-    return [int(i) for i in np.flatnonzero((d <= margin) & (p.numpy() > 0))]
+    return {int(i): float(d[i]) for i in np.flatnonzero((d <= margin) & (p.numpy() > 0))}
 
 
-def steer_in_margin(ctx: Ctx) -> Outcome:
+def rung_budgets(cfg: ValidatorConfig, n: int) -> list[int]:
+    """Per rung of the sampling check, how many uniforms of ``n`` checked tokens may lie past it
+    before the batch fails: what an attacker who knows the validator's rates may steer."""
+    import math
+
+    from p2prl.rl import binom_log_sf
+
+    log_alpha = math.log(cfg.sampling_alpha) - math.log(max(1, len(cfg.sampling_rungs)))
+    out = []
+    for rate in cfg.sampling_rung_rates:
+        c = 0
+        while c < n and binom_log_sf(c + 1, n, rate) >= log_alpha:
+            c += 1
+        out.append(c)
+    return out
+
+
+def steer_in_margin(ctx: Ctx, budgeted: bool = False) -> Outcome:
+    """Steer every choice the margin leaves toward reward, or (``budgeted``) only as many as each
+    rung of the sampling check allows a batch of this size, the largest gains first come first."""
     from p2prl.rl.sampling import pick_tokens, sample_key, uniforms
     from p2prl.rl.tasks import derive_seed
 
     tok, task, params = ctx.setup.tokenizer, ctx.setup.task, ctx.setup.params
-    margin = ctx.config.sampling_margin
-    groups, honest_r, steered_r, ambiguous = [], 0.0, 0.0, 0
+    cfg = ctx.config
+    margin = cfg.sampling_margin
+    rows = []
     for i in ctx.indices():
         problem = task.problem(derive_seed(ctx.mh, ctx.miner, i))
         prompt = tok.encode_prompt(problem.prompt)
+        us = [uniforms(sample_key(ctx.mh, ctx.miner, i, j), params.max_new_tokens) for j in range(ctx.group_size)]
+        rows.append((i, problem, prompt, us, [_complete(ctx, prompt, [], u) for u in us]))
+    budget = rung_budgets(cfg, sum(len(c) for *_, honest in rows for c in honest)) if budgeted else None
+    groups, honest_r, steered_r, ambiguous, steered = [], 0.0, 0.0, 0, 0
+    for i, problem, prompt, us, honest in rows:
         comps, rewards = [], []
-        for j in range(ctx.group_size):
-            u = uniforms(sample_key(ctx.mh, ctx.miner, i, j), params.max_new_tokens)
+        for u, honest_ids in zip(us, honest, strict=True):
             out: list[int] = []
             stop = set(tok.stop_ids)
             while len(out) < params.max_new_tokens and not (out and out[-1] in stop):
@@ -160,11 +187,17 @@ def steer_in_margin(ctx: Ctx) -> Outcome:
                 if len(cands) > 1:
                     ambiguous += 1
                     for c in [honest_tok, *(c for c in cands if c != honest_tok)]:
+                        if budget is not None and c != honest_tok and not _affordable(cfg, budget, cands[c]):
+                            continue
                         r = task.reward(problem, tok.decode(_complete(ctx, prompt, [*out, c], u)))
                         if best_r is None or r > best_r:
                             best, best_r = c, r
+                if best != honest_tok:
+                    steered += 1
+                    if budget is not None:
+                        _spend(cfg, budget, cands[best])
                 out.append(best)
-            honest_r += task.reward(problem, tok.decode(_complete(ctx, prompt, [], u)))
+            honest_r += task.reward(problem, tok.decode(honest_ids))
             r = task.reward(problem, tok.decode(out))
             steered_r += r
             comps.append(out)
@@ -173,7 +206,19 @@ def steer_in_margin(ctx: Ctx) -> Outcome:
     prepared = _reprove(ctx, ctx.miner, groups)
     v = ctx.validator().check(prepared.announcement, ctx.miner, prepared.blob, ctx.version)
     gain = steered_r / honest_r if honest_r else (1.0 if steered_r == 0 else float("inf"))
-    return _outcome(v, prepared, gain=gain, extra={"ambiguous_positions": float(ambiguous)})
+    return _outcome(
+        v, prepared, gain=gain, extra={"ambiguous_positions": float(ambiguous), "steered": float(steered)}
+    )
+
+
+def _affordable(cfg: ValidatorConfig, budget: list[int], d: float) -> bool:
+    return all(b > 0 for f, b in zip(cfg.sampling_rungs, budget, strict=True) if d > cfg.sampling_margin * f)
+
+
+def _spend(cfg: ValidatorConfig, budget: list[int], d: float) -> None:
+    for k, f in enumerate(cfg.sampling_rungs):
+        if d > cfg.sampling_margin * f:
+            budget[k] -= 1
 
 
 # -- a payload nobody recomputed ------------------------------------------------------------------------

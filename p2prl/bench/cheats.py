@@ -66,6 +66,7 @@ CASES = (
     *(f"best_of_{n}" for n in BEST_OF),
     "best_of_samples",
     "steer_in_margin",
+    "steer_in_budget",
     "payload_unrecomputed",
     "copy_front_running",
     "key_grinding_64",
@@ -149,12 +150,22 @@ def run(
     log: Callable[[str], None] = print,
     columns: tuple[str, ...] = COLUMNS,
     cases: tuple[str, ...] = CASES,
+    model_name: str = "tiny",
 ) -> dict[str, Any]:
-    """Every case of ``cases`` in every column of ``columns``; returns the tables, tolerances and timings."""
+    """Every case of ``cases`` in every column of ``columns`` on ``model_name`` (tiny: the default model,
+    big: the 24M configuration, real: SmolLM2-135M-Instruct); returns the tables, tolerances and
+    timings."""
+    from p2prl.rl import MODEL_LR
     from p2prl.rl.local import DEFAULT_LR
 
-    setup = setups(cache_dir, ("tiny",))[0]
-    versions = train_versions(setup, train_steps, lr or DEFAULT_LR)
+    setup = setups(cache_dir, (model_name,))[0]
+    if model_name == "big":  # a random-init model never adds: reward it for starting with a digit
+        from p2prl.rl.tasks import get_task
+
+        setup = dataclasses.replace(setup, task=get_task("digit-start", digits=2))
+    # a pretrained model at the demo's rate for it: the toy's would undo its training in a few steps
+    lr = lr or (MODEL_LR if model_name == "real" else DEFAULT_LR)
+    versions = train_versions(setup, train_steps, lr)
     cur = len(versions) - 1
     model = versions[cur]
     mh = manifest_of(model)
@@ -226,6 +237,7 @@ def run(
     }
     attacks: dict[str, Callable[[Ctx], Outcome]] = {
         "steer_in_margin": steer_in_margin,
+        "steer_in_budget": lambda c: steer_in_margin(c, budgeted=True),
         "payload_unrecomputed": payload_unrecomputed,
         "copy_front_running": lambda c: copy_front_running(c, ATTACKER),
         "key_grinding_64": key_grinding,
@@ -283,7 +295,8 @@ def run(
         "verify_s": verify_s,
         "verify_fraction": verify_s / gen_s if gen_s else 0.0,
         "train_steps": train_steps,
-        "lr": lr or DEFAULT_LR,
+        "lr": lr,
+        "model": model_name,
         "rollouts_per_case": n_batches * GROUP_SIZE * GROUPS_PER_BATCH,
     }
 

@@ -93,7 +93,33 @@ def setups(cache_dir: Path, which: tuple[str, ...]) -> list[ModelSetup]:
                 random_qwen2(BIG_ARCH, tok.vocab_size, 1),
             )
         )
+    if "real" in which:
+        out.append(real_setup(cache_dir))
     return out
+
+
+def real_setup(cache_dir: Path, max_new_tokens: int = 24) -> ModelSetup:
+    """SmolLM2-135M-Instruct (the package index's GGUF, converted to bf16 in ``cache_dir``), chat
+    prompts of 2-digit additions, as ``p2prl demo --preset smollm2`` runs it; its "other weights"
+    are the int8 round trip of every matrix (another model of that size is not at hand)."""
+    from p2prl.rl import GGUF_PRESETS, load_tokenizer, load_weights_model, model_from_package
+    from p2prl.rl.engine import GenerationParams
+    from p2prl.rl.tasks import get_task
+
+    pkg = GGUF_PRESETS["smollm2"]
+    d = Path(cache_dir) / "models" / pkg.directory
+    if not (d / "config.json").exists():
+        model_from_package(pkg, d)
+    model = load_weights_model(d)
+    tok = load_tokenizer(d, "chat")
+    return ModelSetup(
+        "real",
+        model,
+        tok,
+        get_task("addition", digits=2, style="chat"),
+        GenerationParams(max_new_tokens=max_new_tokens, temperature=1.0),
+        int8_round_trip(model),
+    )
 
 
 def generation_spec(params: Any, groups_per_batch: int = 8) -> GenerationSpec:

@@ -189,6 +189,9 @@ def bench_cheats(
         "node,vllm", "--columns", help="Validator settings: node (calibrated defaults), vllm (cross-engine defaults)."
     ),
     cases: str = typer.Option("", "--cases", help="Comma list of cases (default: all)."),
+    model: str = typer.Option(
+        "tiny", "--model", help="tiny (default model), big (~24M configuration) or real (SmolLM2-135M-Instruct)."
+    ),
 ) -> None:
     """Each cheat (cheaper or older weights, sharpened samplers, re-drawn batches, steering inside the
     margin, unrecomputed payloads, copy front-running, key grinding, drops at will) against a
@@ -202,9 +205,11 @@ def bench_cheats(
     cols = tuple(c for c in columns.split(",") if c)
     chosen = tuple(c for c in cases.split(",") if c) or CASES
     bad = [c for c in cols if c not in COLUMNS] + [c for c in chosen if c not in CASES]
+    if model not in ("tiny", "big", "real"):
+        bad.append(model)
     if bad:
         raise typer.BadParameter(f"unknown: {', '.join(bad)}")
-    result = run(cache_dir, rollouts, train_steps, log=log, columns=cols, cases=chosen)
+    result = run(cache_dir, rollouts, train_steps, log=log, columns=cols, cases=chosen, model_name=model)
     if as_json:
         typer.echo(json.dumps(result, sort_keys=True, default=float))
         return

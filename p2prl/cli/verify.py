@@ -179,6 +179,7 @@ def verify(
             "logprob_tol_max": cfg.logprob_tol_max,
             "sampling_margin": cfg.sampling_margin,
             "sampling_fail_at_misses": miss_threshold(n, cfg.sampling_miss_rate, cfg.sampling_alpha) if n else 0,
+            "sampling_rung_logp": math.log(cfg.sampling_alpha / max(1, len(cfg.sampling_rungs))),
             "distribution_alpha": cfg.distribution_alpha,
             "distribution_batch_alpha": cfg.distribution_batch_alpha,
         },
@@ -199,6 +200,8 @@ def render(rec: dict[str, Any]) -> list[str]:
     lines += [
         f"  sampling: {int(s['sampling_misses'])} misses in {int(s['sampling_tokens'])} tokens"
         f" (the batch fails at {lim['sampling_fail_at_misses']})",
+        f"  sampling inside the margin: least likely rung log p {s['sampling_rung_logp']:.4g}"
+        f" (limit {lim['sampling_rung_logp']:.4g})",
         f"  distribution: least likely rollout log p {s['distribution_logp_min']:.4g}"
         f" (limit {math.log(lim['distribution_alpha']):.4g}), batch {s['distribution_batch_logp']:.4g}"
         f" (limit {math.log(lim['distribution_batch_alpha']):.4g})",

@@ -212,13 +212,15 @@ def _node_args(opts: DemoOptions, root: Path, plan: dict[str, Any], name: str, s
             if not opts.device.startswith("cuda"):
                 args += ["--vllm-eager"]  # on a CPU compiling buys nothing but a slower start
     device = opts.validator_device or opts.device if role == "validator" else opts.device
-    if role == "validator" and (device != opts.device or opts.engine == "vllm"):
-        # a validator on another device or engine than the miners keeps the cross-engine defaults:
-        # calibrated to its own drift, it rejected one honest batch of CUDA miners in six demos (their
-        # fingerprints reach 0.005 as training runs) and one of vLLM miners in three (32 groups as
-        # `sampling`: vLLM's tail past a margin set from transformers' own); on the same device and
-        # engine it calibrates, as by default
+    if role == "validator" and device != opts.device:
+        # a validator on another device than the miners keeps the cross-engine defaults: calibrated
+        # to its own drift, it rejected one honest batch of CUDA miners in six demos (their
+        # fingerprints reach 0.005 as training runs); it cannot mine that device's reference batches
         args += ["--no-calibrate-tolerances"]
+    elif role == "validator" and opts.engine == "vllm":
+        # vLLM miners on this device: calibrated on reference batches vLLM mines, not its own
+        # engine's (whose margin fell inside vLLM's tail: one honest batch in three demos failed)
+        args += ["--reference-engine", "vllm"]
     args += ["--device", device] + (["--model", str(opts.model)] if opts.model else [])
     args += list(opts.node_args)
     return args

@@ -10,9 +10,12 @@ of small networks or reject honest miners of large ones.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from p2prl.proof.miner import mine_batch
 from p2prl.proof.validate import RolloutValidator, ValidatorConfig
@@ -23,6 +26,19 @@ CAL_MINER = b"\xca" * 32
 # margin is a maximum over at least this many checked tokens, mined for at most MORE_S seconds more
 MIN_TOKENS = 8192
 MORE_S = 30.0
+
+
+def rung_rates(d: np.ndarray, margin: float, rungs: tuple[float, ...], factor: float) -> tuple[float, ...]:
+    """Each rung's honest rate from calibration's distances ``d``: the share of uniforms that lay more
+    than ``margin * rung`` outside their intervals, at its upper confidence bound (count + 3√count + 3,
+    so a rung never seen past still allows 3 in ``len(d)``), times ``factor`` for drift over training,
+    at most 1."""
+    n = max(1, len(d))
+    out = []
+    for f in rungs:
+        c = int(np.count_nonzero(d > margin * f))
+        out.append(min(1.0, factor * (c + 3.0 * math.sqrt(c) + 3.0) / n))
+    return tuple(out)
 
 
 def calibrate(
@@ -44,6 +60,7 @@ def calibrate(
     min_tokens: int = MIN_TOKENS,
     more_s: float = MORE_S,
     early: Callable[[ValidatorConfig], None] | None = None,
+    engine: Callable[[int], Any] | None = None,
 ) -> tuple[ValidatorConfig, dict[str, float]]:
     """``base`` with fingerprint and logprob tolerances set from honest drift; returns the measurement.
 
@@ -72,7 +89,12 @@ def calibrate(
 
     ``early``: given the tolerances of the first two batches before more are mined, so a validator
     judges with them meanwhile instead of the genesis's loose ones (a cheat's batch judged during
-    those seconds was accepted)."""
+    those seconds was accepted).
+
+    ``engine``: the engine that mines the reference batches, given the batch size (default: this
+    model's transformers engine). A validator of miners on another engine (vLLM) mines them with
+    that engine, so the tolerances measure the pair that meets: that engine's rollouts against this
+    validator's forward."""
     gen = base.generation
     n_prompts = n_prompts or (min(gen.groups_per_batch, 16) if base.fixed_group_count else 4)
     group_size = group_size or gen.group_size
@@ -88,15 +110,19 @@ def calibrate(
     )
     worst = {"fp_quantile": 0.0, "fp_rollout": 0.0, "lp_max": 0.0, "sampling_misses": 0.0, "sampling_dist": 0.0}
     tokens = 0
+    dists: list[np.ndarray] = []
 
     def tolerances() -> ValidatorConfig:
+        margin = max(sampling_floor, max_factor * worst["sampling_dist"])
+        d = np.concatenate(dists) if dists else np.zeros(0)
         return dataclasses.replace(
             base,
             fingerprint_tol=max(fp_floor, factor * worst["fp_quantile"]),
             fingerprint_tol_rollout=max(fp_rollout_floor, factor * worst["fp_rollout"]),
             logprob_tol_mean=max(lp_floor, factor * worst["lp_max"] / 2),
             logprob_tol_max=max(lp_max_floor, max_factor * worst["lp_max"]),
-            sampling_margin=max(sampling_floor, max_factor * worst["sampling_dist"]),
+            sampling_margin=margin,
+            sampling_rung_rates=rung_rates(d, margin, base.sampling_rungs, factor),
         )
 
     def runs() -> Any:
@@ -121,7 +147,7 @@ def calibrate(
             first += n_prompts
 
     for bs, seed, first in runs():
-        eng = HFEngine(model, tokenizer, max_batch=bs)
+        eng = engine(bs) if engine is not None else HFEngine(model, tokenizer, max_batch=bs)
         p = mine_batch(
             eng,
             task,
@@ -140,5 +166,7 @@ def calibrate(
         worst["sampling_misses"] = max(worst["sampling_misses"], s.sampling_misses)
         worst["sampling_dist"] = max(worst["sampling_dist"], s.sampling_dist_max)
         tokens += s.sampling_tokens
+        if s.sampling_dists is not None:
+            dists.append(s.sampling_dists)
     worst["sampling_tokens"] = float(tokens)
     return tolerances(), worst

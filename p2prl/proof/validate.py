@@ -94,6 +94,17 @@ class ValidatorConfig:
     sampling_margin: float = 0.05
     sampling_miss_rate: float = 1e-4
     sampling_alpha: float = 1e-9
+    # where inside the margin the uniforms fall: at a position whose uniform lies within the margin of
+    # another token's interval a miner may take either token and never miss, so one that steers those
+    # choices (toward reward) puts uniforms outside their intervals by up to the margin far more often
+    # than honest rounding does. Rung k counts the tokens whose uniform lies more than
+    # sampling_margin * sampling_rungs[k] outside; honest numerics do so at a rate of at most
+    # sampling_rung_rates[k], and a batch beyond what that rate gives at sampling_alpha / len(rungs)
+    # fails hard as sampling. Uncalibrated: vLLM's CPU build against transformers on a random 12M
+    # model (the flattest distributions measured, docs/PROOF.md), twice its rates; calibration
+    # measures them on this engine
+    sampling_rungs: tuple[float, ...] = (0.5, 0.25, 0.125, 0.0625)
+    sampling_rung_rates: tuple[float, ...] = (0.002, 0.03, 0.08, 0.2)
     # a repeated (prompt, completion) is a copy when its probability under the model is below this
     # (two honest draws of it then collide with probability < copy_max_prob**2 per pair)
     copy_max_prob: float = 1e-9
@@ -123,6 +134,8 @@ class CheckStats:
     sampling_tokens: int = 0  # tokens whose uniforms were checked
     sampling_misses: int = 0  # of them, how many lay beyond sampling_margin outside their interval
     sampling_dist_max: float = 0.0  # the farthest a uniform lay outside its token's interval
+    # the least likely rung count under its honest rate (log binomial tail; 0 with nothing outside)
+    sampling_rung_logp: float = 0.0
     rollouts_picked: int = 0  # the secret sample plus every repeat
     rollouts_recomputed: int = 0  # fewer than picked when a hard failure stopped the checks
     rollouts_float32: int = 0  # of them, computed again in float32 because they looked off in bf16
@@ -135,8 +148,11 @@ class CheckStats:
         self.logprob_err_max = max(self.logprob_err_max, res["lp_max"])
         self.distribution_logp_min = min(self.distribution_logp_min, res["dist_logp"])
 
+    # every checked token's distance, for calibration (not reported)
+    sampling_dists: np.ndarray | None = field(default=None, repr=False, metadata={"report": False})
+
     def to_dict(self) -> dict[str, float]:
-        return {f.name: float(getattr(self, f.name)) for f in fields(self)}
+        return {f.name: float(getattr(self, f.name)) for f in fields(self) if f.metadata.get("report", True)}
 
 
 @dataclass
@@ -156,6 +172,21 @@ class BatchVerdict:
         for g in self.groups:
             out[g.reason] = out.get(g.reason, 0) + 1
         return out
+
+
+def rung_counts(d: np.ndarray, cfg: ValidatorConfig) -> list[int]:
+    """Per rung, the tokens whose uniform lies more than ``sampling_margin * rung`` outside."""
+    return [int(np.count_nonzero(d > cfg.sampling_margin * f)) for f in cfg.sampling_rungs]
+
+
+def rung_log_sf(d: np.ndarray, cfg: ValidatorConfig) -> float:
+    """The smallest log probability, over the rungs, that honest numerics put at least this many of
+    the ``len(d)`` checked uniforms past the rung (binomial at the rung's rate); 0 with none past."""
+    out = 0.0
+    for c, rate in zip(rung_counts(d, cfg), cfg.sampling_rung_rates, strict=True):
+        if c:
+            out = min(out, binom_log_sf(c, len(d), rate))
+    return out
 
 
 # (manifest hash, model) of a version, or None when the validator does not hold it
@@ -555,16 +586,22 @@ class RolloutValidator:
 
     def _check_batch_sampling(self, dists: list[np.ndarray], reasons: list[str], stats: CheckStats) -> None:
         """Whether the batch's tokens follow their public uniforms: more misses than honest numerics
-        make (a binomial bound at ``sampling_miss_rate``) fail every group still ok."""
+        make (a binomial bound at ``sampling_miss_rate``), or more uniforms outside their intervals
+        on any rung inside the margin than its honest rate gives (``rung_log_sf``), fail every group
+        still ok."""
         d = np.concatenate(dists) if dists else np.zeros(0)
         cfg = self.config
         stats.sampling_tokens = int(d.size)
         stats.sampling_misses = int(np.count_nonzero(d > cfg.sampling_margin))
         stats.sampling_dist_max = float(d.max()) if d.size else 0.0
+        stats.sampling_dists = d
+        stats.sampling_rung_logp = rung_log_sf(d, cfg)
         if cfg.sampling_alpha <= 0 or _failed_hard(reasons):  # off (calibration), or judged already
             return
-        if binom_log_sf(stats.sampling_misses, stats.sampling_tokens, cfg.sampling_miss_rate) < math.log(
-            cfg.sampling_alpha
+        log_alpha = math.log(cfg.sampling_alpha)
+        if (
+            binom_log_sf(stats.sampling_misses, stats.sampling_tokens, cfg.sampling_miss_rate) < log_alpha
+            or stats.sampling_rung_logp < log_alpha - math.log(max(1, len(cfg.sampling_rungs)))
         ):
             for gi, r in enumerate(reasons):
                 if r == R.OK:

@@ -415,6 +415,7 @@ def test_check_stats_keep_the_keys_calibration_and_the_benchmark_read() -> None:
         "sampling_tokens": 0.0,
         "sampling_misses": 0.0,
         "sampling_dist_max": 0.0,
+        "sampling_rung_logp": 0.0,
         "rollouts_picked": 0.0,
         "rollouts_recomputed": 2.0,
         "rollouts_float32": 0.0,

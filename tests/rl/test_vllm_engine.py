@@ -254,3 +254,39 @@ def test_auto_falls_back_to_hf_with_the_reason(tmp_path: Path) -> None:
     assert c.name == "hf" and "NoSuchForCausalLM" in c.notice
     with pytest.raises(EngineChoiceError, match="NoSuchForCausalLM"):
         choose_engine("vllm", "cuda", tmp_path)
+
+
+def test_tolerances_calibrated_on_vllms_reference_batches_accept_its_honest_miners(engine, hf) -> None:
+    """A validator of vLLM miners calibrates on reference batches vLLM mines (``--reference-engine
+    vllm``): the margin and each rung's rate then hold vLLM's own drift, so its honest batches pass,
+    where tolerances calibrated on the validator's own engine fail them (``sampling``, hard)."""
+    import dataclasses
+
+    from p2prl.node.weights.engine import VLLMMinerEngine
+    from p2prl.proof import RolloutValidator, ValidatorConfig
+    from p2prl.proof.calibrate import calibrate
+    from p2prl.proof.miner import mine_batch
+    from p2prl.protocol import GenerationSpec
+    from p2prl.reasons import VerdictReason as R
+    from p2prl.rl import GenerationParams
+    from p2prl.rl.tasks import get_task
+
+    engine.update(hf.state_dict())
+    miner = VLLMMinerEngine(engine, hf)
+    task, tok, mh, key = get_task("addition", digits=1), engine.tokenizer, "cd" * 32, bytes(range(7, 39))
+    params = GenerationParams(max_new_tokens=8, temperature=1.0)
+    spec = GenerationSpec(max_new_tokens=8, group_size=8, groups_per_batch=8)
+    base = ValidatorConfig(generation=spec, fixed_group_count=False, contiguous_indices=False)
+    own, _ = calibrate(hf, tok, task, params, mh, base)
+    ref, drift = calibrate(hf, tok, task, params, mh, base, engine=lambda _bs: miner)
+    assert drift["sampling_tokens"] >= 8192 and drift["sampling_dist"] > 0  # vLLM is not exact
+    assert ref.sampling_margin == 4 * drift["sampling_dist"] > own.sampling_margin
+    assert all(0 < r < 1 for r in ref.sampling_rung_rates) and ref.sampling_rung_rates[0] < 0.01
+    verdicts = {"own": [], "ref": []}
+    for b in range(6):
+        p = mine_batch(miner, task, 0, mh, key, list(range(500 + 8 * b, 508 + 8 * b)), 8, params)
+        for name, cfg in (("own", own), ("ref", ref)):
+            v = RolloutValidator.for_model(hf, tok, task, 0, mh, config=dataclasses.replace(cfg))
+            verdicts[name].append(v.check(p.announcement, key, p.blob, 0))
+    assert all(v.accepted_rollouts == 64 and not v.hard_failure for v in verdicts["ref"])
+    assert any(v.hard_failure and R.SAMPLING in v.reasons() for v in verdicts["own"])

@@ -58,6 +58,8 @@ _DECLARED: list[Metric] = [
     Metric("rollout_fetch_retries", L, "Announced batches the validator asked for again, by reason."),
     Metric("judge_backlog", G, "Announcements queued at the validator, waiting to be judged."),
     Metric("judge_in_hand", G, "Announcements the validator is fetching or judging now, or holding for the batch before them."),
+    Metric("calibrated_version", G, "The version the validator's tolerances were last measured at."),
+    Metric("recalibrations", C, "Times the validator measured its tolerances again as the model trained."),
     Metric("batches_held", C, "Batches held for their miner's batch before them (gossip delivered them out of order)."),
     Metric("judge_lag_s", G, "Age of the oldest announcement queued at the validator (s)."),
     Metric("check_ms", G, "Time the validator took to check its last batch (ms)."),

@@ -197,6 +197,14 @@ class NodeConfig:
             "start (on by default: the safe setting); off: loose defaults that let cheaper models pass."
         },
     )
+    reference_engine: str = field(
+        default="own",
+        metadata={
+            "help": "Validator: the engine calibration's reference batches are mined with: own (this "
+            "node's transformers engine) or vllm (the network's miners run vLLM on this device: the "
+            "tolerances then measure vLLM's rollouts against this node's forward)."
+        },
+    )
     checked_per_group: int = field(
         default=2,
         metadata={
@@ -226,6 +234,8 @@ class NodeConfig:
             raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, not {self.device!r}")
         if self.engine not in ("auto", "hf", "vllm"):
             raise ConfigError(f"engine must be auto, hf or vllm, not {self.engine!r}")
+        if self.reference_engine not in ("own", "vllm"):
+            raise ConfigError(f"reference_engine must be own or vllm, not {self.reference_engine!r}")
         if not -1 <= self.status_port <= 65535:
             raise ConfigError("status_port must be -1..65535")
         if self.journal_bytes < 0 or 0 < self.journal_bytes < 1 << 16:

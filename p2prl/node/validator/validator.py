@@ -31,6 +31,7 @@ from p2prl.node.runtime.role import RoleEnv
 from p2prl.node.runtime.task import generation_params, task_of
 from p2prl.node.setup.settings import ValidatorSettings
 from p2prl.node.validator.judgequeue import GOOD, NEW, Announcement, JudgeQueue, key_of
+from p2prl.node.weights.engine import open_reference_vllm
 from p2prl.node.weights.start import open_synced_role
 from p2prl.node.weights.sync import WeightSync
 from p2prl.node.weights.version import Weights
@@ -60,6 +61,11 @@ BEHIND_S = 30.0  # an announcement queued this long: judging is behind, and stat
 # AVX2 machine, was accepted. A calibration slower than this (a loaded machine, a real model) is
 # judged through with the genesis's tolerances as before, so batches do not go stale waiting.
 FIRST_TOLERANCES_WAIT_S = 10.0
+# the tolerances are measured again as the model trains: once it moved this many versions past the last
+# calibration, no sooner than RECALIBRATE_MIN_S after it and at most RECALIBRATE_SHARE of the time
+RECALIBRATE_VERSIONS = 32
+RECALIBRATE_MIN_S = 300.0
+RECALIBRATE_SHARE = 0.1
 # a batch of a miner in standing that does not continue its last judged one waits this long for the
 # batch before it (gossip may deliver a miner's announcements out of order) before it is index_gap
 REORDER_HOLD_S = 5.0
@@ -79,7 +85,7 @@ if TYPE_CHECKING:
     import torch
 
     from p2prl.proof import BatchVerdict
-    from p2prl.rl import GenerationParams, Task, Tokenizer
+    from p2prl.rl import GenerationParams, RolloutEngine, Task, Tokenizer
 
 
 class Fetch(Enum):
@@ -116,13 +122,16 @@ def calibrated(
     manifest_hash: str,
     vcfg: ValidatorConfig,
     early: Callable[[ValidatorConfig], None] | None = None,
+    reference: RolloutEngine | None = None,
 ) -> ValidatorConfig:
     """``vcfg`` with tolerances from this engine's own honest drift (KV-cache generation at two batch
     sizes against the full forward), so a miner on the same engine with other or perturbed weights
     fails where the loose defaults would let a small perturbation through. ``early``: the first
-    batches' tolerances, while more are mined on an engine that is not exact."""
+    batches' tolerances, while more are mined on an engine that is not exact. ``reference``: the
+    engine that mines the reference batches instead (the network's miners' vLLM)."""
     t0 = time.monotonic()
-    cfg, drift = calibrate_tolerances(model, tok, task, gen, manifest_hash, vcfg, early=early)
+    engine = None if reference is None else (lambda _batch: reference)
+    cfg, drift = calibrate_tolerances(model, tok, task, gen, manifest_hash, vcfg, early=early, engine=engine)
     log.info(
         "tolerances calibrated in %.1f s: fingerprint %.4f (rollout %.4f), logprob %.4f / %.4f; drift %s",
         time.monotonic() - t0,
@@ -150,6 +159,10 @@ class Validator:
         self._tuned: ValidatorConfig | None = None  # calibrated tolerances, applied between two checks
         self._calibration_started = 0.0
         self.calibration: threading.Thread | None = None
+        # what calibration needs (tokenizer, task, generation, the genesis's rules); None: never again
+        self._cal_args: tuple[Tokenizer, Task, GenerationParams, ValidatorConfig] | None = None
+        # (version, monotonic time done, seconds it took) of the last calibration; None while one runs
+        self._cal_mark: tuple[int, float, float] | None = None
         if env.settings.calibrate_tolerances:
             self.calibration = self._start_calibration(tok, task, gen, start, vcfg)
         self.checker = RolloutValidator(
@@ -180,27 +193,75 @@ class Validator:
         during which announced batches are judged with the genesis's tolerances instead of expiring
         unjudged (status ``calibrating``). A model that cannot be copied is calibrated here."""
         seed_hash = start.hash if start.verified else ""  # unverified: any seed calibrates
+        self._cal_args = (tok, task, gen, vcfg)
         try:
             model = copy.deepcopy(self.engine.model)
         except Exception as e:  # any model: the copy is an optimisation
             log.warning("model not copyable (%s): calibrating before judging", e)
+            self._cal_args = None  # nor measured again as it trains
             self._tuned = calibrated(self.engine.model, tok, task, gen, seed_hash, vcfg)
             return None
         self.env.status.set(calibrating=True)
         self._calibration_started = time.monotonic()
         log.info("calibrating tolerances in the background; judging with the genesis's tolerances until done")
+        return self._calibrate_in_background(model, seed_hash, start.version, self._tune_early)
+
+    def _calibrate_in_background(
+        self,
+        model: torch.nn.Module,
+        seed_hash: str,
+        version: int,
+        early: Callable[[ValidatorConfig], None] | None,
+    ) -> threading.Thread:
+        """Tolerances measured on ``model`` (version ``version``) in a thread of its own; judged with
+        from the next check once done (and ``early``'s first ones meanwhile)."""
+        assert self._cal_args is not None
+        tok, task, gen, vcfg = self._cal_args
 
         def run() -> None:
+            reference = None
+            t0 = time.monotonic()
             try:
-                self._tuned = calibrated(model, tok, task, gen, seed_hash, vcfg, early=self._tune_early)
+                if self.env.settings.reference_engine == "vllm":
+                    reference = open_reference_vllm(self.env, model, tok)
+                    log.info("calibrating against reference batches mined with vLLM")
+                self._tuned = calibrated(model, tok, task, gen, seed_hash, vcfg, early=early, reference=reference)
+                self._cal_mark = (version, time.monotonic(), time.monotonic() - t0)
+                self.env.status.gauge("calibrated_version", version)
             except Exception:
-                log.exception("calibration failed: judging with the genesis's tolerances")
+                log.exception("calibration failed: judging with the tolerances held")
                 self.env.status.set(calibrating=False)
                 self.env.status.incr_label("check_failed", "calibration")
+                self._cal_mark = (version, time.monotonic(), time.monotonic() - t0)
+            finally:
+                if reference is not None:
+                    reference.close()
 
         t = threading.Thread(target=run, name="p2prl-calibrate", daemon=True)
         t.start()
         return t
+
+    def _maybe_recalibrate(self) -> None:
+        """Measure the tolerances again as the model trains (judging thread): once the version moved
+        ``RECALIBRATE_VERSIONS`` past the last calibration and at most ``RECALIBRATE_SHARE`` of the
+        time goes to calibrating. Judged with the tolerances held until the new ones are done; the
+        same engine and version give another validator the same tolerances (fixed seed, fixed key)."""
+        if self._cal_args is None or self._cal_mark is None or self._calibrating():
+            return
+        version, done, took = self._cal_mark
+        cur = self.current
+        if not cur.verified or cur.version < version + RECALIBRATE_VERSIONS:
+            return
+        if time.monotonic() - done < max(RECALIBRATE_MIN_S, took / RECALIBRATE_SHARE):
+            return
+        src = self.host.source(cur.version)
+        if src is None:
+            return
+        seed_hash, model = src
+        self._cal_mark = None  # one at a time
+        self.env.status.incr("recalibrations")
+        log.info("measuring the tolerances again at v%d (last at v%d)", cur.version, version)
+        self.calibration = self._calibrate_in_background(copy.deepcopy(model), seed_hash, cur.version, None)
 
     def _tune_early(self, cfg: ValidatorConfig) -> None:
         """The calibration thread's first tolerances: judged with from the next check, not the
@@ -211,6 +272,7 @@ class Validator:
 
     def _apply_calibration(self) -> None:
         """Judge with the calibrated tolerances from the next check on (the judging thread only)."""
+        self._maybe_recalibrate()
         tuned = self._tuned
         if tuned is None or self.checker.config is tuned:
             return
@@ -545,7 +607,7 @@ class Validator:
         behind = lag > BEHIND_S
         judging = f"behind: {n} queued, oldest {lag:.0f} s" if behind else "keeping up"
         if self._calibrating():
-            judging += " (calibrating: genesis tolerances)"
+            judging += " (calibrating: genesis tolerances)" if self._tuned is None else " (measuring tolerances again)"
         st.set(judging=judging)
         if behind != self._behind:
             self._behind = behind

@@ -60,6 +60,8 @@ class VLLMSampler(Protocol):
 
     def read_state(self, like: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
 
+    def close(self) -> None: ...
+
 
 def _passes(flat: list[Sample], vocab: int) -> list[list[Sample]]:
     """The samples in runs of at most PROOF_ROWS sequences and PROOF_LOGITS logits each."""
@@ -120,6 +122,10 @@ class VLLMMinerEngine:
                 at += n
         return groups
 
+    def close(self) -> None:
+        """End vLLM's engine thread (the engine goes with its last reference)."""
+        self.inner.close()
+
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Write what changed since the last call into vLLM (everything, for a state not the live one)
         and into the transformers copy where it does not share the state's tensors."""
@@ -168,3 +174,22 @@ def open_engine(
             log.error("vLLM holds weights %.12s, the version is %.12s", h, live.hash)
 
     return VLLMMinerEngine(inner, model, live, on_hash if cfg.vllm_check_weights else None)
+
+
+def open_reference_vllm(env: RoleEnv[RoleSettings], model: torch.nn.Module, tok: Tokenizer) -> VLLMMinerEngine:
+    """A vLLM engine on ``model``'s weights, as the network's vLLM miners run it (this node's device,
+    eager), with ``model`` supplying the proofs: what a validator mines calibration's reference
+    batches with when its miners run vLLM. Raises NodeStartError where vLLM cannot run the model."""
+    cfg = env.settings.model
+    device = pick_device(cfg.device)
+    path = Path(model_dir_for(env.g.model, cfg.model, cfg.cache_dir))
+    try:
+        choose_engine("vllm", device, path)
+    except EngineChoiceError as e:
+        raise NodeStartError(str(e)) from e
+    kw: dict[str, bool | str] = {"enforce_eager": not device.startswith("cuda")}
+    if not has_weights(path):
+        kw["load_format"] = "dummy"
+    inner = open_vllm(path, tok, device, **kw)
+    inner.update(model.state_dict())  # the version calibrated, whatever the directory holds
+    return VLLMMinerEngine(inner, model)

@@ -68,3 +68,30 @@ def test_batches_judged_while_calibrating(make_net, monkeypatch: pytest.MonkeyPa
     finally:
         gate.set()
         rt.net.stop()
+
+
+def test_tolerances_are_measured_again_as_the_model_trains(make_net, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the version moved ``RECALIBRATE_VERSIONS`` past the last calibration (and enough time
+    passed), the judging thread starts another calibration on a copy of the current version; it judges
+    with the tolerances it holds meanwhile (never the genesis's) and with the new ones after."""
+    rt = build_runtime(make_net().config("validator", calibrate_tolerances=True))
+    try:
+        v = vmod.Validator(rt.env(ValidatorSettings))
+        assert v.wait_calibrated(120)
+        first = v.checker.config
+        monkeypatch.setattr(vmod, "RECALIBRATE_MIN_S", 0.0)
+        monkeypatch.setattr(vmod, "RECALIBRATE_SHARE", 1e9)  # time enough since the last
+        v._apply_calibration()  # v0 still: nothing to measure again
+        assert not v._calibrating() and rt.status.snapshot()["counters"].get("recalibrations", 0) == 0
+        monkeypatch.setattr(vmod, "RECALIBRATE_VERSIONS", 0)  # as if the model had moved on
+        v._apply_calibration()
+        assert rt.status.snapshot()["counters"]["recalibrations"] == 1
+        assert v.checker.config is first  # held while the new ones are measured
+        monkeypatch.setattr(vmod, "RECALIBRATE_SHARE", 1e-9)  # from now on the last one is too recent
+        assert v.wait_calibrated(120)
+        assert v.checker.config is not first
+        assert rt.status.snapshot()["gauges"]["calibrated_version"] == 0
+        v._apply_calibration()  # the one just done is too recent for this share of the time
+        assert not v._calibrating() and rt.status.snapshot()["counters"]["recalibrations"] == 1
+    finally:
+        rt.net.stop()
