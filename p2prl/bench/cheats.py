@@ -1,11 +1,13 @@
-"""``p2prl bench cheats``: one table, case → accepted/n, judged by a validator at node defaults
-and at a vLLM network's settings.
+"""``p2prl bench cheats``: one table, case → accepted/n, judged by a validator at node defaults,
+at a vLLM network's settings and at the cross-engine defaults.
 
 The ``node`` column's validator is what ``p2prl node --role validator`` runs with no proof flags:
 tolerances calibrated on its own engine at start, every rollout recomputed, the sampling check on.
-The ``vllm`` column's is what ``p2prl demo --engine vllm`` and docs/OPERATOR.md give validators of
-miners on another engine or device: ``--no-calibrate-tolerances``, the fixed cross-engine defaults of
-``ValidatorConfig``. The attacks of ``bench.attacks`` (steering inside the margin, a payload nobody
+The ``vllm`` column's is what ``p2prl demo --engine vllm`` gives a validator of vLLM miners
+(``--reference-engine vllm``): tolerances calibrated on reference batches vLLM mines, and its honest
+case is mined by vLLM (skipped where vLLM cannot run the model). The ``cross`` column's is what
+docs/OPERATOR.md gives a validator on another device than its miners: ``--no-calibrate-tolerances``,
+the fixed cross-engine defaults of ``ValidatorConfig``. The attacks of ``bench.attacks`` (steering inside the margin, a payload nobody
 recomputed, copy front-running, key grinding, a group dropped at will) add what they gained. Every case is a real miner
 built from the same parts with one thing changed: cheaper weights (int8, fp8, a low-rank perturbation),
 older versions, another model of the same shape, a sharpened sampler that still reports honest T=1
@@ -72,7 +74,11 @@ CASES = (
     "key_grinding_64",
     "soft_drop",
 )
-COLUMNS = ("node", "vllm")
+# node: calibrated on the validator's own engine (its miners on the same engine); vllm: calibrated on
+# reference batches vLLM mines, honest batches mined by vLLM (a vLLM network: `--reference-engine
+# vllm`; where vLLM runs the model); cross: the uncalibrated cross-engine defaults (a validator on
+# another device than its miners)
+COLUMNS = ("node", "vllm", "cross")
 ATTACKER = bytes(range(96, 128))  # copy front-running's second key
 
 
@@ -138,6 +144,18 @@ def _draw(
     ]
 
 
+def _vllm_engine(model: Any, tokenizer: Any) -> Any:
+    """A vLLM miner on ``model`` (written to a temporary directory, eager, on the CPU), or why there
+    is none (not installed, or a model vLLM's CPU build cannot run: the default model's heads of 16)."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return "vllm is not installed"
+    from p2prl.bench.proof import vllm_miner
+
+    return vllm_miner(model, tokenizer, "cpu")
+
+
 def _reward(groups: list[Any]) -> float:
     return sum(sum(r) for *_, r in groups) / max(1, sum(len(r) for *_, r in groups))
 
@@ -177,7 +195,22 @@ def run(
     calibrated, drift = calibrate(model, setup.tokenizer, setup.task, params, mh, base)
     calibrate_s = time.perf_counter() - t0
     log(f"calibrated in {calibrate_s:.1f} s: {drift}")
-    configs = {"node": calibrated, "vllm": base}
+    configs = {"node": calibrated, "cross": base}
+    skipped: dict[str, str] = {}
+    vllm_miner: Any = None
+    if "vllm" in columns:
+        vllm_miner = _vllm_engine(model, setup.tokenizer)
+        if isinstance(vllm_miner, str):
+            skipped["vllm"], vllm_miner = vllm_miner, None
+        else:
+            t0 = time.perf_counter()
+            configs["vllm"], vdrift = calibrate(
+                model, setup.tokenizer, setup.task, params, mh, base, engine=lambda _bs: vllm_miner
+            )
+            log(f"calibrated on vLLM's reference batches in {time.perf_counter() - t0:.1f} s: {vdrift}")
+    columns = tuple(c for c in columns if c not in skipped)
+    for c, why in skipped.items():
+        log(f"{c}: skipped ({why})")
     n_batches = max(1, -(-rollouts // (GROUP_SIZE * GROUPS_PER_BATCH)))
     gen_s = verify_s = 0.0
     next_index = [0]
@@ -187,12 +220,11 @@ def run(
         next_index[0] += GROUPS_PER_BATCH
         return list(range(first, first + GROUPS_PER_BATCH))
 
-    def honest_batch(m: Any) -> PreparedBatch:
+    def honest_batch(m: Any, engine: Any = None) -> PreparedBatch:
         from p2prl.rl.engine import HFEngine
 
-        return mine_batch(
-            HFEngine(m, setup.tokenizer), setup.task, cur, mh, MINER, indices(), GROUP_SIZE, params
-        )
+        eng = engine if engine is not None else HFEngine(m, setup.tokenizer)
+        return mine_batch(eng, setup.task, cur, mh, MINER, indices(), GROUP_SIZE, params)
 
     def sharpened(**change: Any) -> PreparedBatch:
         idx = indices()
@@ -256,8 +288,9 @@ def run(
                 t1 = time.perf_counter()
                 if case in attacks:
                     out = attacks[case](ctx)
-                else:
-                    prepared = variants[case]()
+                else:  # a vLLM network's honest miners run vLLM
+                    vllm_honest = case == "honest" and column == "vllm"
+                    prepared = honest_batch(model, vllm_miner) if vllm_honest else variants[case]()
                     t2 = time.perf_counter()
                     v = RolloutValidator.for_model(model, setup.tokenizer, setup.task, cur, mh, config=cfg)
                     verdict = v.check(prepared.announcement, MINER, prepared.blob, cur)
@@ -289,6 +322,7 @@ def run(
         "columns": tables,
         "cases": tables[columns[0]],
         "tolerances": {c: _tolerances(configs[c]) for c in columns},
+        "skipped": skipped,
         "calibration": drift,
         "calibrate_s": calibrate_s,
         "generate_s": gen_s,

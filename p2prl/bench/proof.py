@@ -520,18 +520,18 @@ def honest_acceptance(
         miner_model = copy.deepcopy(setup.model).to(miner_device)
         val_model = copy.deepcopy(setup.model).to(validator_device)
         base = ValidatorConfig(generation=generation_spec(p, groups_per_batch=8), checked_per_group=0)
-        vllm_miner = None
+        on_vllm = None
         if engine == "vllm":
-            vllm_miner = _vllm_miner(miner_model, setup.tokenizer, miner_device)
-            if isinstance(vllm_miner, str):
-                log(f"{setup.name}: skipped: {vllm_miner}")
-                out[setup.name] = {"skipped": vllm_miner, "settings": []}
+            on_vllm = vllm_miner(miner_model, setup.tokenizer, miner_device)
+            if isinstance(on_vllm, str):
+                log(f"{setup.name}: skipped: {on_vllm}")
+                out[setup.name] = {"skipped": on_vllm, "settings": []}
                 continue
         cfg, drift = calibrate(val_model, setup.tokenizer, setup.task, p, mh, base)
         tol = {k: getattr(cfg, k) for k in TOLERANCES}
         log(f"{setup.name}: calibrated {tol} from honest drift {drift}")
         rows = []
-        settings = [(0, 0)] if vllm_miner is not None else [(b, t) for b in batch_sizes for t in threads]
+        settings = [(0, 0)] if on_vllm is not None else [(b, t) for b in batch_sizes for t in threads]
         for bs, th in settings:
             v = RolloutValidator.for_model(val_model, setup.tokenizer, setup.task, 5, mh, config=cfg)
             row = {"batch_size": bs, "threads": th, "n": 0, "accepted": 0, "reasons": {}}
@@ -549,7 +549,7 @@ def honest_acceptance(
                 if th:
                     torch.set_num_threads(th)  # the miner's threads; the validator keeps the default
                 try:
-                    eng = vllm_miner or HFEngine(miner_model, setup.tokenizer, max_batch=bs)
+                    eng = on_vllm or HFEngine(miner_model, setup.tokenizer, max_batch=bs)
                     pb = mine_batch(eng, setup.task, 5, mh, MINER_A, idx, GROUP_SIZE, replace(p, seed=b))
                 finally:
                     if th:
@@ -579,7 +579,7 @@ def honest_acceptance(
     return {"rollouts": total, "accepted": accepted, "false_rejects": total - accepted, "models": out}
 
 
-def _vllm_miner(model: Any, tokenizer: Any, device: str) -> Any:
+def vllm_miner(model: Any, tokenizer: Any, device: str) -> Any:
     """A vLLM miner on ``model`` (written to a temporary directory), or why vLLM cannot run it."""
     import tempfile
 

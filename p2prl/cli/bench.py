@@ -186,7 +186,10 @@ def bench_cheats(
     train_steps: int = typer.Option(8, "--train-steps", min=8, help="GRPO-shaped steps before the cases."),
     cache_dir: Path = typer.Option(_CACHE, "--cache-dir", help="Where the default model is built (env P2PRL_CACHE)."),
     columns: str = typer.Option(
-        "node,vllm", "--columns", help="Validator settings: node (calibrated defaults), vllm (cross-engine defaults)."
+        "node,vllm,cross",
+        "--columns",
+        help="Validator settings: node (calibrated on its own engine), vllm (calibrated on vLLM's reference "
+        "batches, vLLM miners; where vLLM runs the model), cross (the uncalibrated cross-engine defaults).",
     ),
     cases: str = typer.Option("", "--cases", help="Comma list of cases (default: all)."),
     model: str = typer.Option(
