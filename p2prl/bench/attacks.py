@@ -114,15 +114,23 @@ def _next_logits(model: Any, ids: list[int]) -> Any:
 
 
 def _complete(ctx: Ctx, prompt: list[int], prefix: list[int], u: np.ndarray) -> list[int]:
-    """The honest continuation of ``prefix``: each later token the inverse CDF of its uniform."""
+    """The honest continuation of ``prefix``: each later token the inverse CDF of its uniform (an
+    attacker's estimate, so with a KV cache: one token's forward per step)."""
+    import torch
+
     from p2prl.rl.sampling import pick_tokens
 
     stop = set(ctx.setup.tokenizer.stop_ids)
     out = list(prefix)
     params = ctx.setup.params
-    while len(out) < params.max_new_tokens and not (out and out[-1] in stop):
-        logits = _next_logits(ctx.model, prompt + out)
-        out.append(int(pick_tokens(logits, u[len(out) : len(out) + 1], params.temperature, params.top_p)[0]))
+    past, feed = None, prompt + out
+    with torch.no_grad():
+        while len(out) < params.max_new_tokens and not (out and out[-1] in stop):
+            o = ctx.model(input_ids=torch.tensor([feed]), past_key_values=past, use_cache=True)
+            past = o.past_key_values
+            logits = o.logits[0, -1:].float()
+            out.append(int(pick_tokens(logits, u[len(out) : len(out) + 1], params.temperature, params.top_p)[0]))
+            feed = out[-1:]
     return out
 
 

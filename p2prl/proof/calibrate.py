@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -60,7 +60,7 @@ def calibrate(
     min_tokens: int = MIN_TOKENS,
     more_s: float = MORE_S,
     early: Callable[[ValidatorConfig], None] | None = None,
-    engine: Callable[[int], Any] | None = None,
+    engines: Sequence[Callable[[int], Any]] = (),
 ) -> tuple[ValidatorConfig, dict[str, float]]:
     """``base`` with fingerprint and logprob tolerances set from honest drift; returns the measurement.
 
@@ -91,10 +91,12 @@ def calibrate(
     judges with them meanwhile instead of the genesis's loose ones (a cheat's batch judged during
     those seconds was accepted).
 
-    ``engine``: the engine that mines the reference batches, given the batch size (default: this
-    model's transformers engine). A validator of miners on another engine (vLLM) mines them with
-    that engine, so the tolerances measure the pair that meets: that engine's rollouts against this
-    validator's forward."""
+    ``engines``: the engines that mine the reference batches, each given the batch size (default:
+    this model's transformers engine alone). A validator of miners on other engines (vLLM) mines them
+    with each of those too, so the tolerances measure every pair that meets — each engine's rollouts
+    against this validator's forward — and hold the loosest: every run is mined by every engine, the
+    margin is the farthest any engine's uniform lay, each rung's rate the highest of any engine's,
+    and more batches are mined until every engine has ``min_tokens`` checked."""
     gen = base.generation
     n_prompts = n_prompts or (min(gen.groups_per_batch, 16) if base.fixed_group_count else 4)
     group_size = group_size or gen.group_size
@@ -109,12 +111,14 @@ def calibrate(
         generation=dataclasses.replace(gen, group_size=group_size, groups_per_batch=n_prompts),
     )
     worst = {"fp_quantile": 0.0, "fp_rollout": 0.0, "lp_max": 0.0, "sampling_misses": 0.0, "sampling_dist": 0.0}
-    tokens = 0
-    dists: list[np.ndarray] = []
+    factories = list(engines) or [lambda bs: HFEngine(model, tokenizer, max_batch=bs)]
+    dists: list[list[np.ndarray]] = [[] for _ in factories]  # per engine
+    counted = [0] * len(factories)
+    tokens = 0  # the fewest any engine has had checked
 
     def tolerances() -> ValidatorConfig:
         margin = max(sampling_floor, max_factor * worst["sampling_dist"])
-        d = np.concatenate(dists) if dists else np.zeros(0)
+        rates = [rung_rates(np.concatenate(d) if d else np.zeros(0), margin, base.sampling_rungs, factor) for d in dists]
         return dataclasses.replace(
             base,
             fingerprint_tol=max(fp_floor, factor * worst["fp_quantile"]),
@@ -122,7 +126,7 @@ def calibrate(
             logprob_tol_mean=max(lp_floor, factor * worst["lp_max"] / 2),
             logprob_tol_max=max(lp_max_floor, max_factor * worst["lp_max"]),
             sampling_margin=margin,
-            sampling_rung_rates=rung_rates(d, margin, base.sampling_rungs, factor),
+            sampling_rung_rates=tuple(max(r) for r in zip(*rates, strict=True)),
         )
 
     def runs() -> Any:
@@ -147,26 +151,27 @@ def calibrate(
             first += n_prompts
 
     for bs, seed, first in runs():
-        eng = engine(bs) if engine is not None else HFEngine(model, tokenizer, max_batch=bs)
-        p = mine_batch(
-            eng,
-            task,
-            0,
-            manifest_hash,
-            CAL_MINER,
-            list(range(first, first + n_prompts)),
-            group_size,
-            dataclasses.replace(params, seed=seed),
-        )
-        v = RolloutValidator.for_model(model, tokenizer, task, 0, manifest_hash, config=loose)
-        s = v.check(p.announcement, CAL_MINER, p.blob, 0).stats
-        worst["fp_quantile"] = max(worst["fp_quantile"], s.fingerprint_err_quantile)
-        worst["fp_rollout"] = max(worst["fp_rollout"], s.fingerprint_err_max)
-        worst["lp_max"] = max(worst["lp_max"], s.logprob_err_max)
-        worst["sampling_misses"] = max(worst["sampling_misses"], s.sampling_misses)
-        worst["sampling_dist"] = max(worst["sampling_dist"], s.sampling_dist_max)
-        tokens += s.sampling_tokens
-        if s.sampling_dists is not None:
-            dists.append(s.sampling_dists)
-    worst["sampling_tokens"] = float(tokens)
+        for e, make in enumerate(factories):
+            p = mine_batch(
+                make(bs),
+                task,
+                0,
+                manifest_hash,
+                CAL_MINER,
+                list(range(first, first + n_prompts)),
+                group_size,
+                dataclasses.replace(params, seed=seed),
+            )
+            v = RolloutValidator.for_model(model, tokenizer, task, 0, manifest_hash, config=loose)
+            s = v.check(p.announcement, CAL_MINER, p.blob, 0).stats
+            worst["fp_quantile"] = max(worst["fp_quantile"], s.fingerprint_err_quantile)
+            worst["fp_rollout"] = max(worst["fp_rollout"], s.fingerprint_err_max)
+            worst["lp_max"] = max(worst["lp_max"], s.logprob_err_max)
+            worst["sampling_misses"] = max(worst["sampling_misses"], s.sampling_misses)
+            worst["sampling_dist"] = max(worst["sampling_dist"], s.sampling_dist_max)
+            counted[e] += s.sampling_tokens
+            if s.sampling_dists is not None:
+                dists[e].append(s.sampling_dists)
+        tokens = min(counted)
+    worst["sampling_tokens"] = float(sum(counted))
     return tolerances(), worst

@@ -45,6 +45,7 @@ from p2prl.proof import (
 )
 from p2prl.protocol import PatchManifest, RolloutAnnouncement
 from p2prl.reasons import NodeDrop, VerdictReason
+from p2prl.rl import HFEngine
 
 log = logging.getLogger(__name__)
 
@@ -128,10 +129,13 @@ def calibrated(
     sizes against the full forward), so a miner on the same engine with other or perturbed weights
     fails where the loose defaults would let a small perturbation through. ``early``: the first
     batches' tolerances, while more are mined on an engine that is not exact. ``reference``: the
-    engine that mines the reference batches instead (the network's miners' vLLM)."""
+    engine the network's miners also run (vLLM): reference batches are mined with both, and the
+    tolerances hold the loosest pair."""
     t0 = time.monotonic()
-    engine = None if reference is None else (lambda _batch: reference)
-    cfg, drift = calibrate_tolerances(model, tok, task, gen, manifest_hash, vcfg, early=early, engine=engine)
+    engines: list[Callable[[int], RolloutEngine]] = []
+    if reference is not None:  # its own engine's miners, and the reference engine's
+        engines = [lambda batch: HFEngine(model, tok, max_batch=batch), lambda _batch: reference]
+    cfg, drift = calibrate_tolerances(model, tok, task, gen, manifest_hash, vcfg, early=early, engines=engines)
     log.info(
         "tolerances calibrated in %.1f s: fingerprint %.4f (rollout %.4f), logprob %.4f / %.4f; drift %s",
         time.monotonic() - t0,
