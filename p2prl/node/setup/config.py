@@ -201,8 +201,8 @@ class NodeConfig:
         default="own",
         metadata={
             "help": "Validator: the engine calibration's reference batches are mined with: own (this "
-            "node's transformers engine) or vllm (the network's miners run vLLM on this device: the "
-            "tolerances then measure vLLM's rollouts against this node's forward)."
+            "node's transformers engine) or vllm (the network's miners run vLLM on this device: batches "
+            "mined by vLLM too, the looser tolerances held)."
         },
     )
     checked_per_group: int = field(
