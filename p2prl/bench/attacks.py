@@ -31,6 +31,9 @@ from p2prl.proof.miner import PreparedBatch, announce, mine_batch
 from p2prl.proof.validate import BatchVerdict, RolloutValidator, ValidatorConfig
 
 GRIND_KEYS = 64
+# steering looks ahead at most this many alternatives per position, the nearest to the uniform (a flat
+# model at a wide margin offers dozens; the nearest are also the cheapest for the sampling check)
+MAX_ALTERNATIVES = 3
 
 
 @dataclass
@@ -144,7 +147,9 @@ def _candidates(logits: Any, u: float, margin: float, temperature: float, top_p:
     hi = p.cumsum(0) / total
     lo = hi - p / total
     d = np.maximum(0.0, np.maximum(lo.numpy() - u, u - hi.numpy()))
-    return {int(i): float(d[i]) for i in np.flatnonzero((d <= margin) & (p.numpy() > 0))}
+    near = np.flatnonzero((d <= margin) & (p.numpy() > 0))
+    near = near[np.argsort(d[near], kind="stable")][: 1 + MAX_ALTERNATIVES]  # the honest pick first (d 0)
+    return {int(i): float(d[i]) for i in near}
 
 
 def rung_budgets(cfg: ValidatorConfig, n: int) -> list[int]:
