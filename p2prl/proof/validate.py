@@ -113,6 +113,12 @@ class ValidatorConfig:
     sketch_dim: int = SKETCH_DIM
     limits: BatchLimits = field(default_factory=BatchLimits)
 
+    def __post_init__(self) -> None:
+        if len(self.sampling_rungs) != len(self.sampling_rung_rates):
+            raise ValueError("sampling_rungs and sampling_rung_rates must be as long as each other")
+        if not all(0 < f <= 1 for f in self.sampling_rungs) or not all(0 < r <= 1 for r in self.sampling_rung_rates):
+            raise ValueError("each rung must be in (0, 1] of the margin and each rate in (0, 1]")
+
     @classmethod
     def from_genesis(cls, g: Genesis, **local: Any) -> ValidatorConfig:
         """The genesis's rules with this validator's ``local`` settings (tolerances, sampling)."""
@@ -139,6 +145,8 @@ class CheckStats:
     rollouts_picked: int = 0  # the secret sample plus every repeat
     rollouts_recomputed: int = 0  # fewer than picked when a hard failure stopped the checks
     rollouts_float32: int = 0  # of them, computed again in float32 because they looked off in bf16
+    # every checked token's distance, for calibration (not reported)
+    sampling_dists: np.ndarray | None = field(default=None, repr=False, metadata={"report": False})
 
     def add_rollout(self, res: dict[str, float]) -> None:
         """Fold in one recomputed rollout's statistics (``recompute.iter_rollout_stats``)."""
@@ -147,9 +155,6 @@ class CheckStats:
         self.fingerprint_err_max = max(self.fingerprint_err_max, res["fp_rollout"])
         self.logprob_err_max = max(self.logprob_err_max, res["lp_max"])
         self.distribution_logp_min = min(self.distribution_logp_min, res["dist_logp"])
-
-    # every checked token's distance, for calibration (not reported)
-    sampling_dists: np.ndarray | None = field(default=None, repr=False, metadata={"report": False})
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: float(getattr(self, f.name)) for f in fields(self) if f.metadata.get("report", True)}
