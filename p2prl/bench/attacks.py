@@ -155,18 +155,10 @@ def _candidates(logits: Any, u: float, margin: float, temperature: float, top_p:
 def rung_budgets(cfg: ValidatorConfig, n: int) -> list[int]:
     """Per rung of the sampling check, how many uniforms of ``n`` checked tokens may lie past it
     before the batch fails: what an attacker who knows the validator's rates may steer."""
-    import math
+    from p2prl.proof import failing_count
 
-    from p2prl.rl import binom_log_sf
-
-    log_alpha = math.log(cfg.sampling_alpha) - math.log(max(1, len(cfg.sampling_rungs)))
-    out = []
-    for rate in cfg.sampling_rung_rates:
-        c = 0
-        while c < n and binom_log_sf(c + 1, n, rate) >= log_alpha:
-            c += 1
-        out.append(c)
-    return out
+    alpha = cfg.sampling_alpha / max(1, len(cfg.sampling_rungs))
+    return [failing_count(n, rate, alpha) - 1 for rate in cfg.sampling_rung_rates]
 
 
 def steer_in_margin(ctx: Ctx, budgeted: bool = False) -> Outcome:

@@ -204,11 +204,8 @@ def run(
             skipped["vllm"], vllm_miner = vllm_miner, None
         else:
             t0 = time.perf_counter()
-            from p2prl.rl.engine import HFEngine
-
-            own = lambda bs: HFEngine(model, setup.tokenizer, max_batch=bs)  # noqa: E731
             configs["vllm"], vdrift = calibrate(
-                model, setup.tokenizer, setup.task, params, mh, base, engines=(own, lambda _bs: vllm_miner)
+                model, setup.tokenizer, setup.task, params, mh, base, other_engines=(lambda _bs: vllm_miner,)
             )
             log(f"calibrated on vLLM's reference batches in {time.perf_counter() - t0:.1f} s: {vdrift}")
     columns = tuple(c for c in columns if c not in skipped)

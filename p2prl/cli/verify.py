@@ -33,19 +33,9 @@ class VerifyError(Exception):
 
 def miss_threshold(n: int, rate: float, alpha: float) -> int:
     """The fewest sampling misses among ``n`` tokens that fail a batch (docs/PROTOCOL.md §10)."""
-    log_alpha = math.log(alpha)
-    for m in range(1, n + 2):
-        terms = [
-            math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(rate)
-            + (n - i) * math.log1p(-rate)
-            for i in range(m, min(n, m + 200) + 1)
-        ]
-        if not terms:
-            return m
-        top = max(terms)
-        if top + math.log(sum(math.exp(t - top) for t in terms)) < log_alpha:
-            return m
-    return n + 1
+    from p2prl.proof import failing_count
+
+    return failing_count(n, rate, alpha)
 
 
 def _announcement(

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         BatchVerdict,
         RolloutValidator,
         ValidatorConfig,
+        failing_count,
         reject_all,
         to_verdict,
     )
@@ -45,6 +46,7 @@ __all__ = [
     "commitment_root",
     "decode_batch",
     "encode_batch",
+    "failing_count",
     "forward_flat",
     "mine_batch",
     "reject_all",

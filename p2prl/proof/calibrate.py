@@ -60,7 +60,7 @@ def calibrate(
     min_tokens: int = MIN_TOKENS,
     more_s: float = MORE_S,
     early: Callable[[ValidatorConfig], None] | None = None,
-    engines: Sequence[Callable[[int], Any]] = (),
+    other_engines: Sequence[Callable[[int], Any]] = (),
 ) -> tuple[ValidatorConfig, dict[str, float]]:
     """``base`` with fingerprint and logprob tolerances set from honest drift; returns the measurement.
 
@@ -91,8 +91,8 @@ def calibrate(
     judges with them meanwhile instead of the genesis's loose ones (a cheat's batch judged during
     those seconds was accepted).
 
-    ``engines``: the engines that mine the reference batches, each given the batch size (default:
-    this model's transformers engine alone). A validator of miners on other engines (vLLM) mines them
+    ``other_engines``: engines that mine the reference batches besides this model's transformers
+    engine, each given the batch size. A validator of miners on other engines (vLLM) mines them
     with each of those too, so the tolerances measure every pair that meets — each engine's rollouts
     against this validator's forward — and hold the loosest: every run is mined by every engine, the
     margin is the farthest any engine's uniform lay, each rung's rate the highest of any engine's,
@@ -111,7 +111,7 @@ def calibrate(
         generation=dataclasses.replace(gen, group_size=group_size, groups_per_batch=n_prompts),
     )
     worst = {"fp_quantile": 0.0, "fp_rollout": 0.0, "lp_max": 0.0, "sampling_misses": 0.0, "sampling_dist": 0.0}
-    factories = list(engines) or [lambda bs: HFEngine(model, tokenizer, max_batch=bs)]
+    factories = [lambda bs: HFEngine(model, tokenizer, max_batch=bs), *other_engines]
     dists: list[list[np.ndarray]] = [[] for _ in factories]  # per engine
     counted = [0] * len(factories)
     tokens = 0  # the fewest any engine has had checked

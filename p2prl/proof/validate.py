@@ -179,6 +179,16 @@ class BatchVerdict:
         return out
 
 
+def failing_count(n: int, rate: float, alpha: float) -> int:
+    """The fewest of ``n`` tokens past a bound honest numerics cross at ``rate`` that fail a batch
+    (``P(Binomial(n, rate) >= m) < alpha``); ``n + 1`` when none do."""
+    log_alpha = math.log(alpha)
+    m = 1
+    while m <= n and binom_log_sf(m, n, rate) >= log_alpha:
+        m += 1
+    return m
+
+
 def rung_counts(d: np.ndarray, cfg: ValidatorConfig) -> list[int]:
     """Per rung, the tokens whose uniform lies more than ``sampling_margin * rung`` outside."""
     return [int(np.count_nonzero(d > cfg.sampling_margin * f)) for f in cfg.sampling_rungs]

@@ -278,7 +278,7 @@ def test_tolerances_calibrated_on_vllms_reference_batches_accept_its_honest_mine
     spec = GenerationSpec(max_new_tokens=8, group_size=8, groups_per_batch=8)
     base = ValidatorConfig(generation=spec, fixed_group_count=False, contiguous_indices=False)
     own, _ = calibrate(hf, tok, task, params, mh, base)
-    ref, drift = calibrate(hf, tok, task, params, mh, base, engines=(lambda _bs: miner,))
+    ref, drift = calibrate(hf, tok, task, params, mh, base, other_engines=(lambda _bs: miner,))
     assert drift["sampling_tokens"] >= 8192 and drift["sampling_dist"] > 0  # vLLM is not exact
     assert ref.sampling_margin == 4 * drift["sampling_dist"] > own.sampling_margin
     assert all(0 < r < 1 for r in ref.sampling_rung_rates) and ref.sampling_rung_rates[0] < 0.01

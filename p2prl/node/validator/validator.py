@@ -45,7 +45,6 @@ from p2prl.proof import (
 )
 from p2prl.protocol import PatchManifest, RolloutAnnouncement
 from p2prl.reasons import NodeDrop, VerdictReason
-from p2prl.rl import HFEngine
 
 log = logging.getLogger(__name__)
 
@@ -132,10 +131,8 @@ def calibrated(
     engine the network's miners also run (vLLM): reference batches are mined with both, and the
     tolerances hold the loosest pair."""
     t0 = time.monotonic()
-    engines: list[Callable[[int], RolloutEngine]] = []
-    if reference is not None:  # its own engine's miners, and the reference engine's
-        engines = [lambda batch: HFEngine(model, tok, max_batch=batch), lambda _batch: reference]
-    cfg, drift = calibrate_tolerances(model, tok, task, gen, manifest_hash, vcfg, early=early, engines=engines)
+    others = () if reference is None else (lambda _batch: reference,)
+    cfg, drift = calibrate_tolerances(model, tok, task, gen, manifest_hash, vcfg, early=early, other_engines=others)
     log.info(
         "tolerances calibrated in %.1f s: fingerprint %.4f (rollout %.4f), logprob %.4f / %.4f; drift %s",
         time.monotonic() - t0,
@@ -230,16 +227,15 @@ class Validator:
                     reference = open_reference_vllm(self.env, model, tok)
                     log.info("calibrating against reference batches mined with vLLM")
                 self._tuned = calibrated(model, tok, task, gen, seed_hash, vcfg, early=early, reference=reference)
-                self._cal_mark = (version, time.monotonic(), time.monotonic() - t0)
                 self.env.status.gauge("calibrated_version", version)
             except Exception:
                 log.exception("calibration failed: judging with the tolerances held")
                 self.env.status.set(calibrating=False)
                 self.env.status.incr_label("check_failed", "calibration")
-                self._cal_mark = (version, time.monotonic(), time.monotonic() - t0)
             finally:
                 if reference is not None:
                     reference.close()
+                self._cal_mark = (version, time.monotonic(), time.monotonic() - t0)
 
         t = threading.Thread(target=run, name="p2prl-calibrate", daemon=True)
         t.start()
