@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,7 +37,6 @@ from p2prl.patch.format import (
     VALUE_DELTA,
     Header,
     SegmentHead,
-    TensorSpec,
     parse_end,
     parse_header,
     parse_preamble,
@@ -53,14 +51,18 @@ SegmentChange = tuple[int, int, "np.ndarray | None", np.ndarray]  # tensor, star
 
 
 FINALISE_CHUNK = 1 << 20  # elements copied then hashed at a time (still in cache for the hash)
-# verify_only: segments decoded and patched on worker threads while this one hashes in order
+# verify_only: segments decoded on worker threads while this one patches and hashes in order, a
+# cache-sized piece at a time (the patched bytes are hashed before they ever reach memory)
 CHECK_WORKERS = max(1, min(4, (os.cpu_count() or 1) - 1))
-CHECK_INFLIGHT = 8  # segments decoded ahead of the hash at most (each about a segment's span)
+CHECK_INFLIGHT = 32  # segments decoded ahead of the hash at most (their positions and values only)
+CHECK_AHEAD_BYTES = 64 << 20  # and at most about this much decoded ahead (dense segments are whole spans)
+CHECK_CHUNK_BYTES = 1 << 21
 
 # what decoding bytes a peer made may raise besides PatchError: the patch is malformed
 _MALFORMED = (ValueError, IndexError, KeyError, OverflowError, MemoryError, TypeError, struct.error)
 
-_Checked = tuple["np.ndarray | None", np.ndarray, np.ndarray, np.ndarray]  # positions, old, new, patched
+# a decoded segment: int64 positions (None: dense), uint32 positions for the record, old ^ new, new
+_Checked = tuple["np.ndarray | None", "np.ndarray | None", np.ndarray, np.ndarray]
 
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
@@ -102,9 +104,10 @@ class PatchApplier:
     its contents are undefined).
 
     ``verify_only`` checks a patch without keeping its result: each segment is decoded once, on a
-    worker thread, into a patched copy of its span, while this thread hashes the result in order, so
-    checking costs one read of the model, one hash pass and one pass over the changed elements, the
-    decode beside the hash, and ``finish`` returns an empty dict. ``record`` (a list) receives, per
+    worker thread, while this thread hashes the result in order, copying the base a cache-sized piece
+    at a time into one buffer and laying the new bits over it, so checking costs one read of the
+    model, one hash pass and one pass over the changed elements, the decode beside the hash, and
+    ``finish`` returns an empty dict. ``record`` (a list) receives, per
     segment, what it changed: ``(tensor index, start,
     positions or None for a dense segment, old XOR new bit patterns)``, enough to step the result
     back to the base and forward again in place; with ``verify_only`` it is what a caller XORs into
@@ -142,14 +145,15 @@ class PatchApplier:
         self._views: dict[int, np.ndarray] = {}
         # verify_only: what is still to be hashed, in order (bytes of the base, or a segment being
         # decoded on a worker), and the workers
-        self._pending: deque[memoryview | tuple[int, int, Future[_Checked]]] = deque()
+        self._pending: deque[memoryview | tuple[int, int, np.ndarray, int, Future[_Checked]]] = deque()
+        self._ahead = 0  # bytes the segments being decoded hold, about
         self._pool: ThreadPoolExecutor | None = None
-        self._spans: list[np.ndarray] = []  # verify_only: patched-span buffers to reuse (no page faults)
-        self._spans_lock = threading.Lock()
+        self._chunk: np.ndarray | None = None  # verify_only: the one cache-sized piece patched and hashed
         # the result is finalised (copied, patched and hashed) in canonical order up to here
         self._cursor = (0, 0)
         self._entered = -1  # the last tensor whose hash prefix is in self._result
-        self._result = blake3.blake3(max_threads=blake3.blake3.AUTO)
+        # a check hashes on one thread: BLAKE3's own threads would take the cores the decode runs on
+        self._result = blake3.blake3() if verify_only else blake3.blake3(max_threads=blake3.blake3.AUTO)
         self._error: PatchError | None = None  # once set, every later call fails with it
         self._digest = blake3.blake3()
         self.received = 0
@@ -333,11 +337,13 @@ class PatchApplier:
         spec = self._header.tensors[seg.tensor]
         end = seg.start + seg.span
         src = uint_view(self._base[spec.name])[seg.start : end]
-        if self._verify_only:  # decoded and patched on a worker; hashed here, in order
+        if self._verify_only:  # decoded on a worker; patched and hashed here, in order
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(CHECK_WORKERS, thread_name_prefix="p2prl-check")
-            job = self._pool.submit(self._check_segment, seg, bytes(iframe), bytes(vframe), src, spec)
-            self._pending.append((seg.tensor, seg.start, job))
+            job = self._pool.submit(self._check_segment, seg, bytes(iframe), bytes(vframe), src)
+            held = (seg.span if seg.kind != KIND_SPARSE else seg.count) * 12  # about what its decode holds
+            self._pending.append((seg.tensor, seg.start, src, held, job))
+            self._ahead += held
             self._drain(CHECK_INFLIGHT)
             self._cursor = (seg.tensor, end)
             return
@@ -360,28 +366,35 @@ class PatchApplier:
         if self._values is not None:
             self._values.append((pos, new))
 
-    def _check_segment(
-        self, seg: SegmentHead, iframe: bytes, vframe: bytes, src: np.ndarray, spec: TensorSpec
-    ) -> _Checked:
-        """On a worker: one segment decoded and checked, and its span with the new bits laid over the
-        base's (``src`` is only read)."""
+    def _check_segment(self, seg: SegmentHead, iframe: bytes, vframe: bytes, src: np.ndarray) -> _Checked:
+        """On a worker: one segment decoded and checked (``src`` is only read), with what the record
+        and the values keep computed here rather than on the hashing thread."""
         pos, old, new = self._decode(seg, memoryview(iframe), memoryview(vframe), src)
-        if pos is None:
-            patched = new
-        else:
-            patched = self._span_buffer(src)
-            np.copyto(patched, src)
-            patched[pos] = new
-        check_bool_bits(spec.dtype, patched, spec.name)
-        return pos, old, new, patched
+        want_pos32 = self._record is not None and pos is not None
+        return pos, pos.astype(np.uint32) if want_pos32 else None, old ^ new, new
 
-    def _span_buffer(self, like: np.ndarray) -> np.ndarray:
-        """A reused buffer shaped like ``like`` (fresh pages cost more than the copy into them)."""
-        with self._spans_lock:
-            for i, b in enumerate(self._spans):
-                if b.dtype == like.dtype and b.size >= like.size:
-                    return self._spans.pop(i)[: like.size]
-        return np.empty(max(like.size, FINALISE_CHUNK), like.dtype)[: like.size]
+    def _hash_patched(self, src: np.ndarray, pos: np.ndarray | None, new: np.ndarray, name: str, dtype: str) -> None:
+        """Hash ``src`` with ``new`` laid over it at ``pos``, a cache-sized piece at a time: each is
+        copied into one reused buffer, patched and hashed while still in cache, so the check reads
+        the model once and writes nothing the size of it."""
+        if pos is None:
+            check_bool_bits(dtype, new, name)
+            self._result.update(memoryview(new).cast("B"))
+            return
+        step = max(1, CHECK_CHUNK_BYTES // src.itemsize)
+        buf = self._chunk
+        if buf is None or buf.dtype != src.dtype:
+            buf = self._chunk = np.empty(step, src.dtype)
+        cuts = np.searchsorted(pos, np.arange(0, src.size + step, step))
+        for i, a in enumerate(range(0, src.size, step)):
+            b = min(src.size, a + step)
+            piece = buf[: b - a]
+            np.copyto(piece, src[a:b])
+            lo, hi = int(cuts[i]), int(cuts[i + 1])
+            if hi > lo:
+                piece[pos[lo:hi] - a] = new[lo:hi]
+            check_bool_bits(dtype, piece, name)
+            self._result.update(memoryview(piece).cast("B"))
 
     def _hash_base(self, data: memoryview) -> None:
         """Hash ``data`` after whatever is still pending (segments being decoded come first)."""
@@ -398,21 +411,23 @@ class PatchApplier:
             if isinstance(head, memoryview):
                 self._result.update(self._pending.popleft())
                 continue
-            ti, start, job = head
-            if len(self._pending) <= keep and not job.done():
+            ti, start, src, held, job = head
+            if len(self._pending) <= keep and self._ahead <= CHECK_AHEAD_BYTES and not job.done():
                 return
             self._pending.popleft()
-            pos, old, new, patched = job.result()  # a worker's PatchError is raised here
-            self._keep(ti, start, pos, old, new)
-            self._result.update(memoryview(patched).cast("B"))
-            if pos is not None:
-                with self._spans_lock:
-                    self._spans.append(patched.base if patched.base is not None else patched)
+            self._ahead -= held
+            pos, pos32, flips, new = job.result()  # a worker's PatchError is raised here
+            if self._record is not None:
+                self._record.append((ti, start, pos32, flips))
+            if self._values is not None:
+                self._values.append((pos, new))
+            spec = self._header.tensors[ti]
+            self._hash_patched(src, pos, new, spec.name, spec.dtype)
 
     def _close_pool(self) -> None:
         for entry in self._pending:
             if not isinstance(entry, memoryview):
-                entry[2].cancel()
+                entry[4].cancel()
         self._pending.clear()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)

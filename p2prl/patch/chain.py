@@ -281,13 +281,13 @@ def _write_changes(
 ) -> None:
     """Bring ``copy`` (the encoder's base) up to ``new``: only the elements the patch changes."""
     names = [s.name for s in enc.specs]
-    for ti, start, pos in enc.changes:
+    for ti, start, pos, nv in enc.changes:
         dst, src = uint_view(copy[names[ti]])[start:], uint_view(new[names[ti]])[start:]
         n = min(enc.segment_span, dst.size)
-        if pos is None or pos.size * COPY_DIV > n:  # many changes: a straight copy beats a scatter
+        if pos is None or nv is None or pos.size * COPY_DIV > n:  # many changes: a straight copy beats a scatter
             dst[:n] = src[:n]
         else:
-            dst[pos] = src[pos]
+            dst[pos] = nv  # the new bits the encoder gathered: nothing read from ``new`` again
 
 
 class ChainPublisher:

@@ -65,8 +65,9 @@ def positions_to_gaps(pos: np.ndarray) -> np.ndarray:
 
 def gaps_to_positions(g: np.ndarray, span: int) -> np.ndarray:
     """Inverse of positions_to_gaps; raises PatchError if a position falls outside [0, span)."""
-    pos = np.cumsum(g, dtype=np.int64)
-    pos += np.arange(g.size, dtype=np.int64)
+    pos = np.add(g, 1, dtype=np.int64)  # each gap plus the position it steps over, summed in place
+    np.cumsum(pos, out=pos)
+    pos -= 1
     if pos.size and pos[-1] >= span:
         raise PatchError(PatchReason.MALFORMED, f"index {int(pos[-1])} outside a span of {span}")
     return pos
