@@ -117,25 +117,40 @@ def network_init(
     out: Path = Path("genesis.json"),
     key: Path = Path("p2prl-data/node.key"),
     model_cache: Path = Path("p2prl-data/model"),
+    pin_tolerances: str = "",
+    pin_device: str = "cpu",
     **flags: Any,
 ) -> None:
     """Write a trainer-signed genesis file (the trainer key signs; its public key is pinned by every node).
 
     Every check (model directory, tokenizer, task, prompt format) runs before anything is written.
     """
-    from p2prl.node import NetworkSpec, init_network, spec_warnings, with_model_defaults
-    from p2prl.rl import ModelDirError
+    from p2prl.node import NetworkSpec, init_network, reference_proof, spec_warnings, with_model_defaults
+    from p2prl.rl import EngineChoiceError, ModelDirError
 
     # the settings a --model implies fill only what the command line left at its default
     given = frozenset(n for n in flags if getattr(ctx.get_parameter_source(n), "name", "") != "DEFAULT")
+    engines = [e.strip() for e in pin_tolerances.split(",") if e.strip()]
     try:
         spec = with_model_defaults(NetworkSpec(**_spec_values(flags)), given)
-        sg = init_network(spec, key_path=key, model_cache=model_cache, out=out)
-    except (ModelDirError, ValueError, OSError) as e:
+        model_dir = spec.model
+
+        def pin(g: Any) -> Any:
+            typer.echo(f"measuring the validators' tolerances: reference batches of {', '.join(engines)} …", err=True)
+            return reference_proof(g, model_cache, model_dir, engines, pin_device)
+
+        sg = init_network(spec, key_path=key, model_cache=model_cache, out=out, pin=pin if engines else None)
+    except (ModelDirError, EngineChoiceError, ValueError, OSError) as e:
         typer.echo(f"error: {str(e).splitlines()[0] if str(e) else repr(e)}", err=True)
         raise typer.Exit(1) from e
     m = sg.genesis.model
     typer.echo(f"wrote {out}\nnetwork {sg.network_id}\ntrainer {sg.genesis.trainer}")
+    if sg.genesis.proof is not None:
+        p = sg.genesis.proof
+        typer.echo(
+            f"tolerances pinned ({', '.join(p.engines)}, {p.tokens:,} tokens): sampling margin "
+            f"{p.sampling_margin_ppm / 1e6:.4f}, fingerprint {p.fingerprint_tol_ppm / 1e6:.4f}"
+        )
     for w in spec_warnings(spec):
         typer.echo(f"warning: {w}", err=True)
     typer.echo(
@@ -176,6 +191,22 @@ def _network_init_signature() -> inspect.Signature:
             typer.Option(
                 Path("p2prl-data/model"), "--model-cache", help="Where the built-in model is built/cached."
             ),
+        ),
+        _kw(
+            "pin_tolerances",
+            str,
+            typer.Option(
+                "",
+                "--pin-tolerances",
+                help="Measure the validators' tolerances before signing: honest batches mined by these engines "
+                "(hf, vllm: the miners' engines, comma-separated) at version 0, signed into the genesis for "
+                "validators that do not calibrate their own (empty: none).",
+            ),
+        ),
+        _kw(
+            "pin_device",
+            str,
+            typer.Option("cpu", "--pin-device", help="Where the reference engines run (cpu, cuda)."),
         ),
     ]
     default = NetworkSpec()

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     )
     from p2prl.node.validator.validator import position_secret
     from p2prl.node.weights.disk import load_saved_weights
+    from p2prl.node.weights.reference import reference_proof
 
 __all__ = [
     "ENV_PREFIX",
@@ -40,6 +41,7 @@ __all__ = [
     "load_saved_weights",
     "position_secret",
     "read_genesis",
+    "reference_proof",
     "run_node",
     "spec_warnings",
     "with_model_defaults",

@@ -12,6 +12,7 @@ its announcement) are not the miner's fault for sure and only drop the batch.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
@@ -34,9 +35,11 @@ from p2prl.proof.fingerprint import SKETCH_DIM
 from p2prl.proof.recompute import Job, fisher_log_pvalues, iter_rollout_stats
 from p2prl.protocol import (
     DEFAULT_MAX_STALENESS,
+    PPM,
     GenerationSpec,
     Genesis,
     GroupVerdict,
+    ProofSpec,
     RolloutAnnouncement,
     Verdict,
 )
@@ -121,8 +124,59 @@ class ValidatorConfig:
 
     @classmethod
     def from_genesis(cls, g: Genesis, **local: Any) -> ValidatorConfig:
-        """The genesis's rules with this validator's ``local`` settings (tolerances, sampling)."""
-        return cls(generation=g.generation, max_staleness=g.max_staleness, **local)
+        """The genesis's rules with this validator's ``local`` settings (tolerances, sampling); the
+        tolerances the genesis pins (``g.proof``, the founder's reference run) replace the defaults."""
+        pinned = {} if g.proof is None else pinned_tolerances(g.proof)
+        return cls(generation=g.generation, max_staleness=g.max_staleness, **{**pinned, **local})
+
+    def at_least(self, floor: ValidatorConfig) -> ValidatorConfig:
+        """These tolerances, each no tighter than ``floor``'s (a calibrated validator in a network whose
+        genesis pins the founder's reference run: the miners' engines it names stay accepted)."""
+        rates = self.sampling_rung_rates
+        if floor.sampling_rungs == self.sampling_rungs:
+            rates = tuple(max(a, b) for a, b in zip(rates, floor.sampling_rung_rates, strict=True))
+        return dataclasses.replace(
+            self,
+            **{k: max(getattr(self, k), getattr(floor, k)) for k in PINNED_SCALARS},
+            sampling_rung_rates=rates,
+        )
+
+    def pinned(self, engines: tuple[str, ...], tokens: int) -> ProofSpec:
+        """These tolerances as a genesis pins them (parts per million, rounded up: never tighter)."""
+        up = _ppm_up
+        return ProofSpec(
+            fingerprint_tol_ppm=up(self.fingerprint_tol),
+            fingerprint_tol_rollout_ppm=up(self.fingerprint_tol_rollout),
+            logprob_tol_mean_ppm=up(self.logprob_tol_mean),
+            logprob_tol_max_ppm=up(self.logprob_tol_max),
+            sampling_margin_ppm=up(self.sampling_margin),
+            sampling_rungs_ppm=tuple(round(f * PPM) for f in self.sampling_rungs),
+            sampling_rung_rates_ppm=tuple(up(r) for r in self.sampling_rung_rates),
+            engines=engines,
+            tokens=tokens,
+        )
+
+
+# the tolerances a genesis pins besides the rungs (ProofSpec), as ValidatorConfig names them
+PINNED_SCALARS = ("fingerprint_tol", "fingerprint_tol_rollout", "logprob_tol_mean", "logprob_tol_max", "sampling_margin")
+
+
+def _ppm_up(x: float) -> int:
+    """``x`` in parts per million, rounded up (a pinned tolerance is never tighter than measured)."""
+    return max(1, math.ceil(x * PPM - 1e-6))
+
+
+def pinned_tolerances(p: ProofSpec) -> dict[str, Any]:
+    """ValidatorConfig fields from a genesis's pinned tolerances."""
+    return {
+        "fingerprint_tol": p.fingerprint_tol_ppm / PPM,
+        "fingerprint_tol_rollout": p.fingerprint_tol_rollout_ppm / PPM,
+        "logprob_tol_mean": p.logprob_tol_mean_ppm / PPM,
+        "logprob_tol_max": p.logprob_tol_max_ppm / PPM,
+        "sampling_margin": p.sampling_margin_ppm / PPM,
+        "sampling_rungs": tuple(x / PPM for x in p.sampling_rungs_ppm),
+        "sampling_rung_rates": tuple(x / PPM for x in p.sampling_rung_rates_ppm),
+    }
 
 
 @dataclass

@@ -26,11 +26,13 @@ from p2prl.protocol.messages import (
     encode_message,
 )
 from p2prl.protocol.sections import (
+    PPM,
     AssetSpec,
     GenerationSpec,
     ModelSpec,
     PatchSpec,
     PromptSpec,
+    ProofSpec,
     S3Spec,
     TaskSpec,
 )
@@ -42,6 +44,7 @@ __all__ = [
     "MAX_CHUNK_SIZE",
     "MAX_ENVELOPE_BYTES",
     "MIN_CHUNK_SIZE",
+    "PPM",
     "AssetSpec",
     "BlobRef",
     "GenerationSpec",
@@ -54,6 +57,7 @@ __all__ = [
     "PatchManifest",
     "PatchSpec",
     "PromptSpec",
+    "ProofSpec",
     "RolloutAnnouncement",
     "S3Spec",
     "Scores",

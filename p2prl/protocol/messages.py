@@ -39,6 +39,7 @@ from p2prl.protocol.sections import (
     ModelSpec,
     PatchSpec,
     PromptSpec,
+    ProofSpec,
     S3Spec,
     TaskSpec,
     parse_section,
@@ -79,6 +80,9 @@ class Genesis:
     max_staleness: int
     assets: tuple[AssetSpec, ...] = ()  # blobs named by model.files_sha256 / task.data_sha256
     created_ms: int = field(default_factory=now_ms)
+    # tolerances pinned from the founder's reference run; None: none (the body then has no "proof"
+    # key, so a genesis without them is signed exactly as before)
+    proof: ProofSpec | None = None
 
     MAX_ASSETS: ClassVar[int] = 16
 
@@ -104,7 +108,7 @@ class Genesis:
             "max_staleness": self.max_staleness,
             "assets": [section_body(a) for a in self.assets],
             "created_ms": self.created_ms,
-        }
+        } | ({} if self.proof is None else {"proof": section_body(self.proof)})
 
     @classmethod
     def from_body(cls, b: dict[str, Any]) -> Genesis:
@@ -133,6 +137,7 @@ class Genesis:
             max_staleness=int_field(b, "max_staleness", 0, 1_000_000),
             assets=tuple(parse_section(AssetSpec, a, "asset") for a in list_field(b, "assets", cls.MAX_ASSETS)),
             created_ms=int_field(b, "created_ms"),
+            proof=parse_section(ProofSpec, b["proof"], "proof") if "proof" in b else None,
         )
 
 

@@ -241,12 +241,53 @@ class S3Spec:
     region: str = field(default="us-east-1", metadata={"flag": "s3-region", "help": "S3 region."})
 
 
+PPM = 1_000_000
+MAX_RUNGS = 8
+
+
+@dataclass(frozen=True)
+class ProofSpec:
+    """Tolerances the founder measured in a reference run before signing the genesis: honest batches
+    mined at version 0 by each engine in ``engines`` (the network's miners' engines, on the founder's
+    device), judged by a validator's forward pass; ``tokens`` checked tokens the least covered engine
+    had. A validator that does not measure its own (``--no-calibrate-tolerances``: its miners run on
+    another device) judges with these, and so does every validator while its own calibration runs,
+    instead of code defaults loose enough for any pair of engines. All values in parts per million
+    (the genesis is integers only); see docs/PROTOCOL.md §2 and docs/PROOF.md."""
+
+    fingerprint_tol_ppm: int
+    fingerprint_tol_rollout_ppm: int
+    logprob_tol_mean_ppm: int
+    logprob_tol_max_ppm: int
+    sampling_margin_ppm: int
+    sampling_rungs_ppm: tuple[int, ...]  # each rung's fraction of the margin
+    sampling_rung_rates_ppm: tuple[int, ...]  # each rung's honest rate
+    engines: tuple[str, ...]
+    tokens: int
+
+    def __post_init__(self) -> None:
+        for name in ("fingerprint_tol_ppm", "fingerprint_tol_rollout_ppm", "sampling_margin_ppm"):
+            if not 1 <= getattr(self, name) <= PPM:
+                raise ValueError(f"{name} must be in 1..{PPM} (at most 1.0)")
+        for name in ("logprob_tol_mean_ppm", "logprob_tol_max_ppm"):
+            if not 1 <= getattr(self, name) <= 100 * PPM:
+                raise ValueError(f"{name} must be in 1..{100 * PPM} (at most 100 nats)")
+        rungs, rates = self.sampling_rungs_ppm, self.sampling_rung_rates_ppm
+        if not 1 <= len(rungs) <= MAX_RUNGS or len(rates) != len(rungs):
+            raise ValueError(f"1..{MAX_RUNGS} sampling rungs, each with its rate")
+        if not all(1 <= x <= PPM for x in (*rungs, *rates)):
+            raise ValueError(f"each sampling rung and rate must be in 1..{PPM}")
+        if not 1 <= len(self.engines) <= MAX_RUNGS or not all(0 < len(e) <= 64 for e in self.engines):
+            raise ValueError("engines: 1..8 names of at most 64 characters")
+
+
 __all__ = [
     "AssetSpec",
     "GenerationSpec",
     "ModelSpec",
     "PatchSpec",
     "PromptSpec",
+    "ProofSpec",
     "S3Spec",
     "TaskSpec",
     "parse_section",

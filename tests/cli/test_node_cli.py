@@ -153,3 +153,23 @@ def test_network_init_refuses_bad_bootstrap_and_warns_without_validators(
     res = runner.invoke(app, [*base, "--bootstrap", f"/ip4/127.0.0.1/tcp/4001/p2p/{peer}"])
     assert res.exit_code == 0 and g.exists(), res.output
     assert "warning: no --validator" in res.output  # legal, but that network can never train
+
+
+@pytest.mark.slow
+def test_network_init_pins_the_reference_runs_tolerances(tmp_path: Path, model_cache: Path) -> None:
+    """``--pin-tolerances hf``: a reference run on the genesis model before signing, its tolerances
+    (never below calibration's floors) signed into the genesis; an unknown engine writes nothing."""
+    from p2prl.node.setup.genesis import read_genesis
+    from p2prl.proof import ValidatorConfig
+
+    g = tmp_path / "genesis.json"
+    base = ["network", "init", "--out", str(g), "--key", str(tmp_path / "t.key"), "--model-cache", str(model_cache)]
+    res = runner.invoke(app, [*base, "--pin-tolerances", "hf,tpu"])
+    assert res.exit_code == 1 and "reference engines must be among hf, vllm" in res.output and not g.exists()
+    res = runner.invoke(app, [*base, "--pin-tolerances", "hf"])
+    assert res.exit_code == 0 and "tolerances pinned (hf-cpu" in res.output, res.output
+    proof = json.loads(runner.invoke(app, ["network", "show", str(g)]).output)["proof"]
+    assert proof["engines"] == ["hf-cpu"] and proof["tokens"] >= 100
+    assert proof["sampling_margin_ppm"] >= 2000 and proof["fingerprint_tol_ppm"] >= 6000
+    cfg = ValidatorConfig.from_genesis(read_genesis(g).genesis)
+    assert cfg.sampling_margin == proof["sampling_margin_ppm"] / 1e6 < 0.05  # not the cross-engine default

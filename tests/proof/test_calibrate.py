@@ -103,3 +103,53 @@ def test_the_first_tolerances_are_handed_over_before_more_tokens_are_mined(world
         assert got[0].fingerprint_tol <= cfg.fingerprint_tol and got[0].sampling_margin <= cfg.sampling_margin
     else:
         assert got == [] and worst["sampling_tokens"] < 4000
+
+
+def test_tolerances_pinned_in_the_genesis_are_what_a_validator_judges_with(world: World) -> None:
+    """A founder's reference run pinned in the genesis (parts per million, rounded up: never tighter)
+    becomes the validator's configuration from the genesis; with it a sharpened sampler fails hard
+    and the honest miner passes."""
+    import dataclasses
+
+    from test_sampling_check import _groups, _judge, _prove
+
+    from p2prl.proof.miner import sample_keys
+    from p2prl.proof.validate import ValidatorConfig
+    from p2prl.protocol import Genesis
+    from p2prl.protocol.examples import examples
+
+    cfg, drift = calibrate(world.model, world.tok, world.task, PARAMS, MH, world.config, n_prompts=2, group_size=4)
+    spec = cfg.pinned(("hf-cpu",), int(drift["sampling_tokens"]))
+    g = next(ex.message for ex in examples() if isinstance(ex.message, Genesis))
+    g = dataclasses.replace(g, generation=world.config.generation, proof=spec)
+    pinned = ValidatorConfig.from_genesis(g)
+    for k in ("fingerprint_tol", "fingerprint_tol_rollout", "logprob_tol_mean", "logprob_tol_max", "sampling_margin"):
+        assert getattr(cfg, k) <= getattr(pinned, k) <= getattr(cfg, k) + 1e-6, k
+    assert pinned.sampling_rungs == cfg.sampling_rungs
+    assert all(a <= b <= a + 1e-6 for a, b in zip(cfg.sampling_rung_rates, pinned.sampling_rung_rates, strict=True))
+    assert ValidatorConfig.from_genesis(dataclasses.replace(g, proof=None)).sampling_margin == 0.05  # the defaults
+    world = dataclasses.replace(
+        world,
+        config=dataclasses.replace(
+            pinned, fixed_group_count=False, checked_per_group=0, contiguous_indices=False, max_staleness=2
+        ),
+    )
+    assert not _judge(world, world.mine(indices=(60, 61))).hard_failure
+    idx = list(range(62, 66))
+    sharp = dataclasses.replace(PARAMS, temperature=0.5)
+    v = _judge(world, _prove(world, _groups(world, idx, 4, sharp, sample_keys(MH, MINER, idx, 4))))
+    assert v.hard_failure and VerdictReason.SAMPLING in v.reasons()
+
+
+def test_a_calibrated_validator_never_goes_below_the_pinned_tolerances(world: World) -> None:
+    """Where the genesis pins the founder's reference run (the miners' engines), a validator's own
+    calibration (its own engine only) may come out tighter; it keeps each pinned tolerance as a floor,
+    so the miners' engines the genesis names stay accepted."""
+    import dataclasses
+
+    cfg = dataclasses.replace(world.config, sampling_margin=0.01, fingerprint_tol=0.02, sampling_rung_rates=(0.001, 0.01, 0.1, 0.3))
+    floor = dataclasses.replace(world.config, sampling_margin=0.03, fingerprint_tol=0.01, sampling_rung_rates=(0.002, 0.005, 0.2, 0.1))
+    out = cfg.at_least(floor)
+    assert out.sampling_margin == 0.03 and out.fingerprint_tol == 0.02
+    assert out.sampling_rung_rates == (0.002, 0.01, 0.2, 0.3)
+    assert out.logprob_tol_max == max(cfg.logprob_tol_max, floor.logprob_tol_max)

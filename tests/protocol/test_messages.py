@@ -315,3 +315,34 @@ def test_envelope_checks_run_in_the_documented_order():
     with pytest.raises(EnvelopeError) as e:
         decode_message(seal(TRAINER, "n1", "nosuchtype", {}), "n1")
     assert e.value.reason == "unknown_type"
+
+
+def test_genesis_pinned_tolerances_are_optional_signed_and_bounded():
+    """A genesis without pinned tolerances has no ``proof`` key (it is signed exactly as before); one
+    with them round-trips; a value out of its bounds, a rung without its rate or a missing key is refused."""
+    import copy
+    import dataclasses
+
+    from p2prl.protocol.examples import examples
+    from p2prl.protocol.messages import Genesis, MessageError
+    from p2prl.protocol.sections import ProofSpec, section_body
+
+    g = next(ex.message for ex in examples() if isinstance(ex.message, Genesis))
+    assert g.proof is None and "proof" not in g.to_body()
+    spec = ProofSpec(6000, 50000, 50000, 500000, 2000, (500000, 250000), (1000, 20000), ("hf-cpu",), 8192)
+    pinned = dataclasses.replace(g, proof=spec)
+    assert Genesis.from_body(copy.deepcopy(pinned.to_body())) == pinned
+    good = section_body(spec)
+    for edit in (
+        {"sampling_margin_ppm": 0},
+        {"fingerprint_tol_ppm": 2_000_000},
+        {"sampling_rung_rates_ppm": [1000]},
+        {"sampling_rungs_ppm": [500000, 0]},
+        {"engines": []},
+        {"tokens": -1},
+        {"logprob_tol_max_ppm": True},
+    ):
+        with pytest.raises(MessageError):
+            Genesis.from_body(dict(g.to_body(), proof=dict(good, **edit)))
+    with pytest.raises(MessageError):
+        Genesis.from_body(dict(g.to_body(), proof={k: v for k, v in good.items() if k != "tokens"}))

@@ -194,7 +194,8 @@ class NodeConfig:
         default=True,
         metadata={
             "help": "Validator: set fingerprint and logprob tolerances from this node's own engine at "
-            "start (on by default: the safe setting); off: loose defaults that let cheaper models pass."
+            "start (on by default: the safe setting); off: the tolerances the genesis pins (its founder's "
+            "reference run), else loose defaults that let cheaper models pass."
         },
     )
     reference_engine: str = field(

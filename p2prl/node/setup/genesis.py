@@ -77,6 +77,7 @@ def make_genesis(
     max_staleness: int,
     prompt: sec.PromptSpec | None = None,
     assets: tuple[sec.AssetSpec, ...] = (),
+    proof: sec.ProofSpec | None = None,
 ) -> SignedGenesis:
     """Sign a genesis with the trainer's identity (the trainer key is the signer's)."""
     g = Genesis(
@@ -92,6 +93,7 @@ def make_genesis(
         s3=s3,
         max_staleness=max_staleness,
         assets=tuple(assets),
+        proof=proof,
     )
     raw = encode_message(trainer, network_id, g)
     return verify_genesis_bytes(raw, network_id)

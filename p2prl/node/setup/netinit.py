@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
@@ -20,9 +21,11 @@ from p2prl.protocol import (
     DEFAULT_MAX_STALENESS,
     AssetSpec,
     GenerationSpec,
+    Genesis,
     ModelSpec,
     PatchSpec,
     PromptSpec,
+    ProofSpec,
     S3Spec,
     TaskSpec,
     is_hex,
@@ -190,8 +193,10 @@ def genesis_from_spec(
     s3: S3Spec | dict[str, str] | None = None,
     stop_token_ids: tuple[int, ...] = (),
     assets: tuple[AssetSpec, ...] = (),
+    proof: ProofSpec | None = None,
 ) -> SignedGenesis:
-    """Sign the genesis of ``spec`` for ``model`` (``s3`` overrides the spec's S3 flags)."""
+    """Sign the genesis of ``spec`` for ``model`` (``s3`` overrides the spec's S3 flags; ``proof``:
+    pinned tolerances)."""
     if isinstance(s3, dict):
         s3 = S3Spec(**s3)
     if s3 is None and spec.s3_bucket:
@@ -209,6 +214,7 @@ def genesis_from_spec(
         s3=s3,
         max_staleness=spec.max_staleness,
         assets=assets,
+        proof=proof,
     )
 
 
@@ -261,9 +267,17 @@ def with_model_defaults(spec: SpecValues, explicit: frozenset[str] = frozenset()
     )
 
 
-def init_network(spec: SpecValues, *, key_path: Path, model_cache: Path, out: Path) -> SignedGenesis:
+def init_network(
+    spec: SpecValues,
+    *,
+    key_path: Path,
+    model_cache: Path,
+    out: Path,
+    pin: Callable[[Genesis], ProofSpec] | None = None,
+) -> SignedGenesis:
     """Check everything first (task, model directory, prompt format), then create the trainer key if
-    needed, sign and write the genesis file: a failed check writes nothing."""
+    needed, sign and write the genesis file: a failed check writes nothing. ``pin``: the tolerances
+    of a reference run on the genesis so far (``node.weights.reference``), signed into it."""
     # a data-backed task's file hash is pinned here (an unknown task or bad params fail first)
     spec = dataclasses.replace(
         spec,
@@ -273,5 +287,7 @@ def init_network(spec: SpecValues, *, key_path: Path, model_cache: Path, out: Pa
     model, stops, assets = describe_model(spec, model_cache)
     trainer = load_or_create_identity(key_path)
     sg = genesis_from_spec(spec, trainer, model, stop_token_ids=stops, assets=assets)
+    if pin is not None:
+        sg = genesis_from_spec(spec, trainer, model, stop_token_ids=stops, assets=assets, proof=pin(sg.genesis))
     write_genesis(sg, out)
     return sg

@@ -123,16 +123,26 @@ def calibrated(
     vcfg: ValidatorConfig,
     early: Callable[[ValidatorConfig], None] | None = None,
     reference: RolloutEngine | None = None,
+    floor: ValidatorConfig | None = None,
 ) -> ValidatorConfig:
     """``vcfg`` with tolerances from this engine's own honest drift (KV-cache generation at two batch
     sizes against the full forward), so a miner on the same engine with other or perturbed weights
     fails where the loose defaults would let a small perturbation through. ``early``: the first
     batches' tolerances, while more are mined on an engine that is not exact. ``reference``: the
     engine the network's miners also run (vLLM): reference batches are mined with both, and the
-    tolerances hold the loosest pair."""
+    tolerances hold the loosest pair. ``floor``: the genesis's pinned tolerances (the founder's
+    reference run over the miners' engines), which no calibrated one goes below."""
     t0 = time.monotonic()
     others = () if reference is None else (lambda _batch: reference,)
+    if floor is not None and early is not None:
+        first = early
+
+        def early(c: ValidatorConfig) -> None:
+            first(c.at_least(floor))
+
     cfg, drift = calibrate_tolerances(model, tok, task, gen, manifest_hash, vcfg, early=early, other_engines=others)
+    if floor is not None:
+        cfg = cfg.at_least(floor)
     log.info(
         "tolerances calibrated in %.1f s: fingerprint %.4f (rollout %.4f), logprob %.4f / %.4f; drift %s",
         time.monotonic() - t0,
@@ -200,7 +210,8 @@ class Validator:
         except Exception as e:  # any model: the copy is an optimisation
             log.warning("model not copyable (%s): calibrating before judging", e)
             self._cal_args = None  # nor measured again as it trains
-            self._tuned = calibrated(self.engine.model, tok, task, gen, seed_hash, vcfg)
+            floor = vcfg if self.env.g.proof is not None else None
+            self._tuned = calibrated(self.engine.model, tok, task, gen, seed_hash, vcfg, floor=floor)
             return None
         self.env.status.set(calibrating=True)
         self._calibration_started = time.monotonic()
@@ -226,7 +237,10 @@ class Validator:
                 if self.env.settings.reference_engine == "vllm":
                     reference = open_reference_vllm(self.env, model, tok)
                     log.info("calibrating against reference batches mined with vLLM")
-                self._tuned = calibrated(model, tok, task, gen, seed_hash, vcfg, early=early, reference=reference)
+                floor = vcfg if self.env.g.proof is not None else None
+                self._tuned = calibrated(
+                    model, tok, task, gen, seed_hash, vcfg, early=early, reference=reference, floor=floor
+                )
                 self.env.status.gauge("calibrated_version", version)
             except Exception:
                 log.exception("calibration failed: judging with the tolerances held")
