@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from p2prl.cli.main import app
 
+
 def test_an_unknown_reference_engine_is_refused(tmp_path: Path) -> None:
     from p2prl.node.weights.reference import reference_proof
 
