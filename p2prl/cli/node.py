@@ -119,6 +119,7 @@ def network_init(
     model_cache: Path = Path("p2prl-data/model"),
     pin_tolerances: str = "",
     pin_device: str = "cpu",
+    pin_tokens: int = 8192,
     **flags: Any,
 ) -> None:
     """Write a trainer-signed genesis file (the trainer key signs; its public key is pinned by every node).
@@ -137,7 +138,7 @@ def network_init(
 
         def pin(g: Any) -> Any:
             typer.echo(f"measuring the validators' tolerances: reference batches of {', '.join(engines)} …", err=True)
-            return reference_proof(g, model_cache, model_dir, engines, pin_device)
+            return reference_proof(g, model_cache, model_dir, engines, pin_device, pin_tokens)
 
         sg = init_network(spec, key_path=key, model_cache=model_cache, out=out, pin=pin if engines else None)
     except (ModelDirError, EngineChoiceError, ValueError, OSError) as e:
@@ -207,6 +208,17 @@ def _network_init_signature() -> inspect.Signature:
             "pin_device",
             str,
             typer.Option("cpu", "--pin-device", help="Where the reference engines run (cpu, cuda)."),
+        ),
+        _kw(
+            "pin_tokens",
+            int,
+            typer.Option(
+                8192,
+                "--pin-tokens",
+                min=512,
+                help="Checked tokens each reference engine mines at least (however long it takes; an exact "
+                "engine stops after its first batches).",
+            ),
         ),
     ]
     default = NetworkSpec()

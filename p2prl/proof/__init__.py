@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         encode_batch,
         rollout_group,
     )
+    from p2prl.proof.calibrate import MIN_TOKENS
     from p2prl.proof.calibrate import calibrate as calibrate_tolerances
     from p2prl.proof.fingerprint import SKETCH_DIM
     from p2prl.proof.miner import mine_batch, sample_keys
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAGIC",
+    "MIN_TOKENS",
     "SKETCH_DIM",
     "BatchLimits",
     "BatchVerdict",

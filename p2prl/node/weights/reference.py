@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 from p2prl.node.weights.disk import load_base_model, model_dir_for
 from p2prl.node.weights.engine import VLLMMinerEngine
-from p2prl.proof import ValidatorConfig, calibrate_tolerances
+from p2prl.proof import MIN_TOKENS, ValidatorConfig, calibrate_tolerances
 from p2prl.protocol import Genesis, ProofSpec
 from p2prl.rl import GenerationParams, choose_engine, get_task, has_weights, open_vllm
 
@@ -31,11 +32,18 @@ ENGINES = ("hf", "vllm")
 
 
 def reference_proof(
-    g: Genesis, cache_dir: Path, model_dir: Path | None, engines: Sequence[str], device: str = "cpu"
+    g: Genesis,
+    cache_dir: Path,
+    model_dir: Path | None,
+    engines: Sequence[str],
+    device: str = "cpu",
+    min_tokens: int = MIN_TOKENS,
 ) -> ProofSpec:
     """Tolerances for the genesis ``g`` (its model, task and generation settings) from honest batches
     each of ``engines`` mines at version 0 on ``device``, judged by the transformers forward pass on
-    the CPU (the validator's). The transformers engine always mines beside the others. Raises
+    the CPU (the validator's). The transformers engine always mines beside the others. Unlike a
+    validator's calibration, which must start judging, it mines until every engine had ``min_tokens``
+    checked however long that takes (an engine that is exact stops after its first batches). Raises
     ValueError for an unknown engine and EngineChoiceError where vLLM cannot run the model."""
     unknown = sorted(set(engines) - set(ENGINES))
     if unknown or not engines:
@@ -63,7 +71,9 @@ def reference_proof(
         opened.append(VLLMMinerEngine(inner, model))
         others.append(lambda _batch, e=opened[-1]: e)
     try:
-        cfg, drift = calibrate_tolerances(model, tok, task, gen, weights_hash, base, other_engines=others)
+        cfg, drift = calibrate_tolerances(
+            model, tok, task, gen, weights_hash, base, other_engines=others, min_tokens=min_tokens, more_s=math.inf
+        )
     finally:
         for e in opened:
             e.close()
