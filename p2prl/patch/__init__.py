@@ -16,6 +16,7 @@ from p2prl.patch.format import CODEC
 from p2prl.patch.hashing import sorted_names, weights_hash, weights_hash_file, weights_sha256
 from p2prl.patch.inspect import inspect_patch
 from p2prl.patch.manifests import ManifestError, ManifestStore, manifest_file_name, open_manifest
+from p2prl.patch.scatter import scatter_all
 
 if TYPE_CHECKING:
     from p2prl.patch.anchors import decode_anchor
@@ -56,6 +57,7 @@ __all__ = [
     "open_manifest",
     "plan_sync",
     "retention",
+    "scatter_all",
     "sorted_names",
     "uint_view",
     "weights_hash",

@@ -28,6 +28,7 @@ from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.patch.format import CODEC
 from p2prl.patch.hashing import weights_hash
 from p2prl.patch.manifests import ManifestStore
+from p2prl.patch.scatter import scatter_all
 from p2prl.protocol import DEFAULT_CHUNK_SIZE, PatchManifest, blob_ref_for, encode_message
 from p2prl.store import BlobStore, StoreError
 
@@ -281,13 +282,15 @@ def _write_changes(
 ) -> None:
     """Bring ``copy`` (the encoder's base) up to ``new``: only the elements the patch changes."""
     names = [s.name for s in enc.specs]
+    scatters = []
     for ti, start, pos, nv in enc.changes:
         dst, src = uint_view(copy[names[ti]])[start:], uint_view(new[names[ti]])[start:]
         n = min(enc.segment_span, dst.size)
         if pos is None or nv is None or pos.size * COPY_DIV > n:  # many changes: a straight copy beats a scatter
             dst[:n] = src[:n]
         else:
-            dst[pos] = nv  # the new bits the encoder gathered: nothing read from ``new`` again
+            scatters.append((dst, pos, nv))  # the new bits the encoder gathered: nothing read from ``new``
+    scatter_all(scatters)
 
 
 class ChainPublisher:

@@ -15,11 +15,9 @@ forward again without a copy per version.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +32,7 @@ from p2prl.patch import (
     SegmentChange,
     checked_blob,
     decode_anchor,
+    scatter_all,
     sorted_names,
     uint_view,
 )
@@ -198,7 +197,7 @@ class LiveWeights:
                 scatters.append((v[start:], pos, new))
                 signed = new.view(np.dtype(f"i{new.dtype.itemsize}"))
                 writes.append(TensorWrite(name, start, torch.from_numpy(pos), torch.from_numpy(signed).view(t.dtype)))
-        _scatter_all(scatters)
+        scatter_all(scatters)  # on a few threads when large
         if self._changed is not None:
             self._changed.update(self._names[c[0]] for c in changes)
         self._steps[m.version] = changes if self.keep > 1 else []
@@ -245,44 +244,6 @@ class Prepared:
 def _matches(prepared: Prepared | None, m: PatchManifest, live: LiveWeights) -> bool:
     """Whether ``prepared`` checked ``m`` against the weights ``live`` now holds."""
     return prepared is not None and prepared.manifest == m and prepared.base == live.head and live.hash == m.base_hash
-
-
-# a switch's scatter runs on this many threads once it writes more than SPLIT_ELEMENTS (numpy lets
-# the GIL go while it scatters: on two cores the pause fell 37 -> 23 ms for 4.7M elements)
-SCATTER_THREADS = max(1, min(4, os.cpu_count() or 1))
-SPLIT_ELEMENTS = 1 << 20
-_scatter_pool: ThreadPoolExecutor | None = None
-_scatter_lock = threading.Lock()
-
-
-def _scatter_all(jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
-    """``view[pos] = new`` for each job (disjoint ranges), split over a few threads when large."""
-    global _scatter_pool
-    total = sum(int(pos.size) for _, pos, _ in jobs)
-    if SCATTER_THREADS < 2 or total < SPLIT_ELEMENTS or len(jobs) < 2:
-        for view, pos, new in jobs:
-            view[pos] = new
-        return
-    with _scatter_lock:
-        if _scatter_pool is None:
-            _scatter_pool = ThreadPoolExecutor(SCATTER_THREADS, thread_name_prefix="p2prl-swap")
-        pool = _scatter_pool
-    share = -(-total // SCATTER_THREADS)
-    parts: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = [[]]
-    size = 0
-    for job in jobs:  # contiguous runs of about equal size, one per thread
-        if size >= share:
-            parts.append([])
-            size = 0
-        parts[-1].append(job)
-        size += int(job[1].size)
-
-    def run(part: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
-        for view, pos, new in part:
-            view[pos] = new
-
-    for f in [pool.submit(run, part) for part in parts]:
-        f.result()
 
 
 def _copy_into(state: State, new: State) -> None:

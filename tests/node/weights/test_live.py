@@ -70,11 +70,11 @@ def _receiver(tmp_path, published):
 @pytest.mark.parametrize("split", [None, 1])
 def test_in_place_bit_identical_to_the_trainer_and_steps_back(tmp_path, model_dir, monkeypatch, split):
     """``split``: the swap's scatter split over threads from one element on (a large switch's path)."""
-    import p2prl.node.weights.live as live_mod
+    import p2prl.patch.scatter as scatter_mod
 
     if split is not None:
-        monkeypatch.setattr(live_mod, "SPLIT_ELEMENTS", split)
-        monkeypatch.setattr(live_mod, "SCATTER_THREADS", 3)
+        monkeypatch.setattr(scatter_mod, "SPLIT_ELEMENTS", split)
+        monkeypatch.setattr(scatter_mod, "SCATTER_THREADS", 3)
     model = _model(model_dir)
     state = unique_state(model)
     ptrs = {k: v.data_ptr() for k, v in state.items()}
