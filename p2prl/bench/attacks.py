@@ -137,6 +137,38 @@ def _complete(ctx: Ctx, prompt: list[int], prefix: list[int], u: np.ndarray) -> 
     return out
 
 
+def _complete_many(ctx: Ctx, prompt: list[int], prefix: list[int], firsts: list[int], u: np.ndarray) -> list[list[int]]:
+    """:func:`_complete` of ``prefix + [c]`` for each ``c`` in ``firsts``, in one batch (the rows stay
+    of one length: a row that stopped keeps being fed and its tokens past the stop are dropped)."""
+    import torch
+
+    from p2prl.rl.sampling import pick_tokens
+
+    stop = set(ctx.setup.tokenizer.stop_ids)
+    params = ctx.setup.params
+    outs = [[*prefix, c] for c in firsts]
+    done = [o[-1] in stop for o in outs]
+    past, feed = None, torch.tensor([prompt + o for o in outs])
+    with torch.no_grad():
+        while len(outs[0]) < params.max_new_tokens and not all(done):
+            o = ctx.model(input_ids=feed, past_key_values=past, use_cache=True)
+            past = o.past_key_values
+            t = len(outs[0])
+            nxt = pick_tokens(o.logits[:, -1].float(), np.full(len(outs), u[t]), params.temperature, params.top_p)
+            for k, tok_id in enumerate(nxt.tolist()):
+                outs[k].append(int(tok_id))
+            feed = nxt.reshape(-1, 1)
+            done = [d or r[-1] in stop for d, r in zip(done, outs, strict=True)]
+    return [_cut_at_stop(r, len(prefix), stop) for r in outs]
+
+
+def _cut_at_stop(ids: list[int], start: int, stop: set[int]) -> list[int]:
+    for k in range(start, len(ids)):
+        if ids[k] in stop:
+            return ids[: k + 1]
+    return ids
+
+
 def _candidates(logits: Any, u: float, margin: float, temperature: float, top_p: float) -> dict[int, float]:
     """Tokens whose interval lies within ``margin`` of ``u``, each with its distance (the honest
     pick among them, at 0)."""
@@ -191,10 +223,14 @@ def steer_in_margin(ctx: Ctx, budgeted: bool = False) -> Outcome:
                 best, best_r = honest_tok, None
                 if len(cands) > 1:
                     ambiguous += 1
-                    for c in [honest_tok, *(c for c in cands if c != honest_tok)]:
-                        if budget is not None and c != honest_tok and not _affordable(cfg, budget, cands[c]):
-                            continue
-                        r = task.reward(problem, tok.decode(_complete(ctx, prompt, [*out, c], u)))
+                    tried = [honest_tok] + [
+                        c
+                        for c in cands
+                        if c != honest_tok and (budget is None or _affordable(cfg, budget, cands[c]))
+                    ]
+                    # every candidate's honest continuation in one batched lookahead
+                    for c, ids in zip(tried, _complete_many(ctx, prompt, out, tried, u), strict=True):
+                        r = task.reward(problem, tok.decode(ids))
                         if best_r is None or r > best_r:
                             best, best_r = c, r
                 if best != honest_tok:

@@ -38,3 +38,23 @@ def test_attacks_run_and_are_judged(world: World) -> None:
     assert not out.hard and out.accepted == out.n and out.gain is not None and out.gain >= 1.0
     out = steer_in_margin(dataclasses.replace(ctx, config=dataclasses.replace(ctx.config, sampling_margin=0.0)))
     assert out.gain == 1.0 and out.accepted == out.n  # no margin, no choice: the honest draw
+
+
+def test_the_batched_lookahead_continues_each_candidate_as_one_row_would(world: World) -> None:
+    """The steering attacker's lookahead completes every candidate in one batch: a row alone gives the
+    same tokens as completing it alone; in a batch each row continues its own candidate (a batch's
+    kernels may round a row otherwise on another CPU, so only the shape is asserted there)."""
+    from p2prl.bench.attacks import _complete, _complete_many
+    from p2prl.rl.sampling import sample_key, uniforms
+
+    ctx = _ctx(world, 400)
+    prompt = world.tok.encode_prompt("3+4=")
+    u = uniforms(sample_key(MH, MINER, 400, 0), 8)
+    prefix = _complete(ctx, prompt, [], u)[:2]
+    firsts = [5, 6, 7, 8]
+    for c in firsts:
+        assert _complete_many(ctx, prompt, prefix, [c], u) == [_complete(ctx, prompt, [*prefix, c], u)]
+    stop = set(world.tok.stop_ids)
+    for c, row in zip(firsts, _complete_many(ctx, prompt, prefix, firsts, u), strict=True):
+        assert row[: len(prefix) + 1] == [*prefix, c] and len(row) <= 8
+        assert not stop & set(row[len(prefix) : -1])  # nothing after its stop token
