@@ -221,13 +221,11 @@ def steer_in_margin(ctx: Ctx, budgeted: bool = False) -> Outcome:
                 cands = _candidates(logits, float(u[t]), margin, params.temperature, params.top_p)
                 honest_tok = int(pick_tokens(logits, u[t : t + 1], params.temperature, params.top_p)[0])
                 best, best_r = honest_tok, None
-                if len(cands) > 1:
-                    ambiguous += 1
-                    tried = [honest_tok] + [
-                        c
-                        for c in cands
-                        if c != honest_tok and (budget is None or _affordable(cfg, budget, cands[c]))
-                    ]
+                tried = [honest_tok] + [
+                    c for c in cands if c != honest_tok and (budget is None or _affordable(cfg, budget, cands[c]))
+                ]
+                ambiguous += len(cands) > 1
+                if len(tried) > 1:  # a choice the attacker can still afford
                     # every candidate's honest continuation in one batched lookahead
                     for c, ids in zip(tried, _complete_many(ctx, prompt, out, tried, u), strict=True):
                         r = task.reward(problem, tok.decode(ids))
