@@ -9,7 +9,6 @@ chain length. Encoding yields segments as they are made, the diff spread over wo
 from __future__ import annotations
 
 import os
-import struct
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -22,7 +21,7 @@ import numpy as np
 import zstandard
 
 from p2prl.patch import intcode
-from p2prl.patch.dtypes import BY_NAME, TensorLike, check_bool_bits, dtype_of, shape_of, uint_view
+from p2prl.patch.dtypes import TensorLike, dtype_of, shape_of, uint_view
 from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.patch.format import (
     INDEX_LEB128,
@@ -41,7 +40,7 @@ from p2prl.patch.format import (
     end_record,
     parse_header,
 )
-from p2prl.patch.hashing import DOMAIN, entry_prefix, sorted_names, weights_hash
+from p2prl.patch.hashing import sorted_names, weights_hash
 
 __all__ = ["PatchEncoder", "PatchStats", "encode_patch", "iter_patch"]
 
@@ -164,8 +163,8 @@ class PatchEncoder:
     """Streams the patch from ``base`` to ``new``: ``segments()`` yields bytes as they are made.
 
     ``base_hash``/``result_hash`` may be passed when the caller already knows them (the trainer
-    knows the hash of what it last published); otherwise they are computed, the result hash segment
-    by segment right behind the diff (each segment of ``new`` still in cache). After ``segments()`` is exhausted, ``base_hash``, ``result_hash``
+    knows the hash of what it last published); otherwise they are computed, the result hash on its
+    own thread beside the diff. After ``segments()`` is exhausted, ``base_hash``, ``result_hash``
     and ``stats`` describe the patch and ``changes`` lists what it changes, per segment (tensor
     index, start, positions or None for a dense segment): enough to bring a copy of ``base`` up to
     ``new`` by writing the changed elements only (``ChainPublisher``).
@@ -217,41 +216,55 @@ class PatchEncoder:
         digest = blake3.blake3(header)
         yield header
         n_segments = 0
-        # the result hash, unless given, follows the diff in canonical order on this thread: each
-        # segment of ``new`` is hashed right after the workers compared it, while it is still in cache
-        result = _ResultHash(self.specs, self.new) if self.result_hash is None else None
-        with ThreadPoolExecutor(self.threads, thread_name_prefix="patch-enc") as pool:
-            pending: deque[tuple[int, np.ndarray, Future[Encoded | None]]] = deque()
-            level, ic = self.zstd_level, self.index_coding
+        hashed: list[str | PatchError] = []
 
-            def drain() -> bytes | None:
-                ti, seg_new, fut = pending.popleft()
-                out = fut.result()
-                if result is not None:
-                    result.update(ti, seg_new)
-                if out is None:
-                    return None
-                data, head, pos, nv = out
-                self._account(head, len(data))
-                self.changes.append((head.tensor, head.start, pos, nv))
-                return data
+        def hash_new() -> None:
+            try:
+                hashed.append(weights_hash(self.new))
+            except PatchError as e:  # e.g. a BOOL byte neither 0 nor 1: raised by segments() below
+                hashed.append(e)
 
-            for ti, start, old, new in self._work():
-                pending.append((ti, new, pool.submit(_encode_segment, ti, start, old, new, level, ic)))
-                while len(pending) >= max(WINDOW, 2 * self.threads) or (pending and pending[0][2].done()):
-                    data = drain()
+        hasher: threading.Thread | None = None
+        if self.result_hash is None:  # its own thread: both workers keep diffing
+            hasher = threading.Thread(target=hash_new, name="patch-hash")
+            hasher.start()
+        try:
+            with ThreadPoolExecutor(self.threads, thread_name_prefix="patch-enc") as pool:
+                pending: deque[Future[Encoded | None]] = deque()
+                level, ic = self.zstd_level, self.index_coding
+
+                def drain(fut: Future[Encoded | None]) -> bytes | None:
+                    out = fut.result()
+                    if out is None:
+                        return None
+                    data, head, pos, nv = out
+                    self._account(head, len(data))
+                    self.changes.append((head.tensor, head.start, pos, nv))
+                    return data
+
+                for ti, start, old, new in self._work():
+                    pending.append(pool.submit(_encode_segment, ti, start, old, new, level, ic))
+                    if len(pending) >= max(WINDOW, 2 * self.threads):
+                        data = drain(pending.popleft())
+                        if data is not None:
+                            n_segments += 1
+                            digest.update(data)
+                            yield data
+                while pending:
+                    data = drain(pending.popleft())
                     if data is not None:
                         n_segments += 1
                         digest.update(data)
                         yield data
-            while pending:
-                data = drain()
-                if data is not None:
-                    n_segments += 1
-                    digest.update(data)
-                    yield data
-        if result is not None:
-            self.result_hash = result.hexdigest()
+        finally:
+            if hasher is not None:
+                hasher.join()
+        if hasher is not None:
+            if not hashed:
+                raise PatchError(PatchReason.BAD_INPUT, "the new state could not be hashed")
+            if isinstance(hashed[0], PatchError):
+                raise hashed[0]
+            self.result_hash = hashed[0]
         assert self.result_hash is not None
         tail = end_record(n_segments, self.result_hash, digest.digest())
         self.stats.total_bytes += len(tail)
@@ -266,32 +279,6 @@ class PatchEncoder:
         s.value_bytes += head.value_len
         s.value_codings[VALUE_CODINGS[head.value_coding]] += 1
         s.total_bytes += nbytes
-
-
-class _ResultHash:
-    """The weights hash of ``new`` (p2prl.patch.hashing), fed segment by segment in canonical order."""
-
-    def __init__(self, specs: tuple[TensorSpec, ...], new: Mapping[str, TensorLike]) -> None:
-        self._specs = specs
-        self._entered = -1
-        self._h = blake3.blake3()  # one thread: the diff workers have the cores
-        self._h.update(DOMAIN + struct.pack("<I", len(specs)))
-
-    def _enter(self, upto: int) -> None:
-        while self._entered < upto:
-            self._entered += 1
-            s = self._specs[self._entered]
-            self._h.update(entry_prefix(s.name, s.dtype, s.shape, s.numel * BY_NAME[s.dtype].itemsize))
-
-    def update(self, ti: int, data: np.ndarray) -> None:
-        self._enter(ti)
-        spec = self._specs[ti]
-        check_bool_bits(spec.dtype, data, spec.name)
-        self._h.update(memoryview(data).cast("B"))
-
-    def hexdigest(self) -> str:
-        self._enter(len(self._specs) - 1)
-        return self._h.hexdigest()
 
 
 def encode_patch(
