@@ -61,8 +61,9 @@ CHECK_CHUNK_BYTES = 1 << 21
 # what decoding bytes a peer made may raise besides PatchError: the patch is malformed
 _MALFORMED = (ValueError, IndexError, KeyError, OverflowError, MemoryError, TypeError, struct.error)
 
-# a decoded segment: int64 positions (None: dense), uint32 positions for the record, old ^ new, new
-_Checked = tuple["np.ndarray | None", "np.ndarray | None", np.ndarray, np.ndarray]
+# a decoded segment: int64 positions (None: dense), uint32 positions and old ^ new for the record
+# (None when nothing is recorded), new
+_Checked = tuple["np.ndarray | None", "np.ndarray | None", "np.ndarray | None", np.ndarray]
 
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
@@ -348,7 +349,7 @@ class PatchApplier:
             self._cursor = (seg.tensor, end)
             return
         pos, old, new = self._decode(seg, iframe, vframe, src)
-        self._keep(seg.tensor, seg.start, pos, old, new)
+        self._keep(seg.tensor, seg.start, pos, *self._recorded(pos, old, new), new)
         target = self._view(seg.tensor)[seg.start : end]
         if pos is None:
             target[...] = new
@@ -360,18 +361,29 @@ class PatchApplier:
         self._result.update(memoryview(target).cast("B"))
         self._cursor = (seg.tensor, end)
 
-    def _keep(self, ti: int, start: int, pos: np.ndarray | None, old: np.ndarray, new: np.ndarray) -> None:
+    def _recorded(
+        self, pos: np.ndarray | None, old: np.ndarray, new: np.ndarray
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """What ``record`` keeps of a segment besides its place: uint32 positions (None: dense) and
+        old XOR new; (None, None) when nothing is recorded."""
+        if self._record is None:
+            return None, None
+        return (None if pos is None else pos.astype(np.uint32)), old ^ new
+
+    def _keep(
+        self, ti: int, start: int, pos: np.ndarray | None, pos32: np.ndarray | None, flips: np.ndarray | None, new: np.ndarray
+    ) -> None:
         if self._record is not None:
-            self._record.append((ti, start, None if pos is None else pos.astype(np.uint32), old ^ new))
+            assert flips is not None
+            self._record.append((ti, start, pos32, flips))
         if self._values is not None:
             self._values.append((pos, new))
 
     def _check_segment(self, seg: SegmentHead, iframe: bytes, vframe: bytes, src: np.ndarray) -> _Checked:
         """On a worker: one segment decoded and checked (``src`` is only read), with what the record
-        and the values keep computed here rather than on the hashing thread."""
+        keeps computed here rather than on the hashing thread."""
         pos, old, new = self._decode(seg, memoryview(iframe), memoryview(vframe), src)
-        want_pos32 = self._record is not None and pos is not None
-        return pos, pos.astype(np.uint32) if want_pos32 else None, old ^ new, new
+        return pos, *self._recorded(pos, old, new), new
 
     def _hash_patched(self, src: np.ndarray, pos: np.ndarray | None, new: np.ndarray, name: str, dtype: str) -> None:
         """Hash ``src`` with ``new`` laid over it at ``pos``, a cache-sized piece at a time: each is
@@ -417,10 +429,7 @@ class PatchApplier:
             self._pending.popleft()
             self._ahead -= held
             pos, pos32, flips, new = job.result()  # a worker's PatchError is raised here
-            if self._record is not None:
-                self._record.append((ti, start, pos32, flips))
-            if self._values is not None:
-                self._values.append((pos, new))
+            self._keep(ti, start, pos, pos32, flips, new)
             spec = self._header.tensors[ti]
             self._hash_patched(src, pos, new, spec.name, spec.dtype)
 
