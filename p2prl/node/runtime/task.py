@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from p2prl.node.runtime.assets import AssetError, task_data_file
 from p2prl.node.runtime.role import NodeStartError, RoleEnv
 from p2prl.node.setup.settings import RoleSettings
+from p2prl.protocol import GenerationSpec
 from p2prl.rl import GenerationParams, get_task
 
 if TYPE_CHECKING:
@@ -14,7 +15,11 @@ if TYPE_CHECKING:
 
 
 def generation_params(env: RoleEnv[RoleSettings], seed: int = 0) -> GenerationParams:
-    g = env.g.generation
+    return params_of(env.g.generation, seed)
+
+
+def params_of(g: GenerationSpec, seed: int = 0) -> GenerationParams:
+    """The engines' sampling settings from the genesis's generation section."""
     return GenerationParams(
         max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p, seed=seed
     )

@@ -181,12 +181,17 @@ def open_reference_vllm(env: RoleEnv[RoleSettings], model: torch.nn.Module, tok:
     eager), with ``model`` supplying the proofs: what a validator mines calibration's reference
     batches with when its miners run vLLM. Raises NodeStartError where vLLM cannot run the model."""
     cfg = env.settings.model
-    device = pick_device(cfg.device)
     path = Path(model_dir_for(env.g.model, cfg.model, cfg.cache_dir))
     try:
-        choose_engine("vllm", device, path)
+        return reference_vllm(path, model, tok, pick_device(cfg.device))
     except EngineChoiceError as e:
         raise NodeStartError(str(e)) from e
+
+
+def reference_vllm(path: Path, model: torch.nn.Module, tok: Tokenizer, device: str) -> VLLMMinerEngine:
+    """A vLLM engine on the model directory ``path`` (eager off CUDA) running ``model``'s weights,
+    which also supply the proofs. Raises EngineChoiceError where vLLM cannot run the model."""
+    choose_engine("vllm", device, path)
     kw: dict[str, bool | str] = {"enforce_eager": not device.startswith("cuda")}
     if not has_weights(path):
         kw["load_format"] = "dummy"

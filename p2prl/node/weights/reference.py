@@ -20,11 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from p2prl.node.runtime.task import params_of
 from p2prl.node.weights.disk import load_base_model, model_dir_for
-from p2prl.node.weights.engine import VLLMMinerEngine
+from p2prl.node.weights.engine import reference_vllm
 from p2prl.proof import MIN_TOKENS, ValidatorConfig, calibrate_tolerances
 from p2prl.protocol import Genesis, ProofSpec
-from p2prl.rl import GenerationParams, choose_engine, get_task, has_weights, open_vllm
+from p2prl.rl import get_task
 
 log = logging.getLogger(__name__)
 
@@ -51,32 +52,19 @@ def reference_proof(
     t0 = time.monotonic()
     model, tok, _, weights_hash = load_base_model(g, cache_dir, model_dir)
     task = get_task(g.task.name, **dict(g.task.params))
-    gen = GenerationParams(
-        max_new_tokens=g.generation.max_new_tokens,
-        temperature=g.generation.temperature,
-        top_p=g.generation.top_p,
-        seed=0,
-    )
     base = ValidatorConfig.from_genesis(dataclasses.replace(g, proof=None))
-    others: list[Any] = []
-    opened: list[VLLMMinerEngine] = []
+    vllm = None
     if "vllm" in engines:
-        path = Path(model_dir_for(g.model, model_dir, cache_dir))
-        choose_engine("vllm", device, path)
-        kw: dict[str, bool | str] = {"enforce_eager": not device.startswith("cuda")}
-        if not has_weights(path):
-            kw["load_format"] = "dummy"
-        inner = open_vllm(path, tok, device, **kw)
-        inner.update(model.state_dict())  # version 0, whatever the directory holds
-        opened.append(VLLMMinerEngine(inner, model))
-        others.append(lambda _batch, e=opened[-1]: e)
+        vllm = reference_vllm(Path(model_dir_for(g.model, model_dir, cache_dir)), model, tok, device)
+    others: list[Any] = [] if vllm is None else [lambda _batch: vllm]
     try:
         cfg, drift = calibrate_tolerances(
-            model, tok, task, gen, weights_hash, base, other_engines=others, min_tokens=min_tokens, more_s=math.inf
+            model, tok, task, params_of(g.generation), weights_hash, base, other_engines=others,
+            min_tokens=min_tokens, more_s=math.inf,
         )
     finally:
-        for e in opened:
-            e.close()
+        if vllm is not None:
+            vllm.close()
     names = tuple(dict.fromkeys(f"{e}-{device}" for e in ("hf", *engines)))
     log.info(
         "reference run in %.1f s over %d tokens (%s): margin %.4f, fingerprint %.4f",
