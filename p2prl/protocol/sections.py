@@ -243,17 +243,18 @@ class S3Spec:
 
 PPM = 1_000_000
 MAX_RUNGS = 8
+MAX_ENGINES = 8
 
 
 @dataclass(frozen=True)
 class ProofSpec:
     """Tolerances the founder measured in a reference run before signing the genesis: honest batches
     mined at version 0 by each engine in ``engines`` (the network's miners' engines, on the founder's
-    device), judged by a validator's forward pass; ``tokens`` checked tokens the least covered engine
-    had. A validator that does not measure its own (``--no-calibrate-tolerances``: its miners run on
+    device), judged by a validator's forward pass; ``tokens`` checked tokens of the run, all engines
+    together. A validator that does not measure its own (``--no-calibrate-tolerances``: its miners run on
     another device) judges with these, and so does every validator while its own calibration runs,
     instead of code defaults loose enough for any pair of engines. All values in parts per million
-    (the genesis is integers only); see docs/PROTOCOL.md §2 and docs/PROOF.md."""
+    (the genesis is integers only); see docs/PROTOCOL.md §3 and docs/PROOF.md."""
 
     fingerprint_tol_ppm: int
     fingerprint_tol_rollout_ppm: int
@@ -277,8 +278,8 @@ class ProofSpec:
             raise ValueError(f"1..{MAX_RUNGS} sampling rungs, each with its rate")
         if not all(1 <= x <= PPM for x in (*rungs, *rates)):
             raise ValueError(f"each sampling rung and rate must be in 1..{PPM}")
-        if not 1 <= len(self.engines) <= MAX_RUNGS or not all(0 < len(e) <= 64 for e in self.engines):
-            raise ValueError("engines: 1..8 names of at most 64 characters")
+        if not 1 <= len(self.engines) <= MAX_ENGINES or not all(0 < len(e) <= 64 for e in self.engines):
+            raise ValueError(f"engines: 1..{MAX_ENGINES} names of at most 64 characters")
 
 
 __all__ = [

@@ -166,6 +166,8 @@ class Validator:
         self.sync = WeightSync(env, self.book, self.host, consecutive=True)
         gen = generation_params(env)
         vcfg = ValidatorConfig.from_genesis(env.g, checked_per_group=env.settings.checked_per_group)
+        # the genesis's pinned tolerances, which no calibration here goes below (None: none pinned)
+        self._floor = vcfg if env.g.proof is not None else None
         task = task_of(env)  # built once: a data-backed task reads and hashes its file
         self._tuned: ValidatorConfig | None = None  # calibrated tolerances, applied between two checks
         self._calibration_started = 0.0
@@ -210,8 +212,7 @@ class Validator:
         except Exception as e:  # any model: the copy is an optimisation
             log.warning("model not copyable (%s): calibrating before judging", e)
             self._cal_args = None  # nor measured again as it trains
-            floor = vcfg if self.env.g.proof is not None else None
-            self._tuned = calibrated(self.engine.model, tok, task, gen, seed_hash, vcfg, floor=floor)
+            self._tuned = calibrated(self.engine.model, tok, task, gen, seed_hash, vcfg, floor=self._floor)
             return None
         self.env.status.set(calibrating=True)
         self._calibration_started = time.monotonic()
@@ -237,9 +238,8 @@ class Validator:
                 if self.env.settings.reference_engine == "vllm":
                     reference = open_reference_vllm(self.env, model, tok)
                     log.info("calibrating against reference batches mined with vLLM")
-                floor = vcfg if self.env.g.proof is not None else None
                 self._tuned = calibrated(
-                    model, tok, task, gen, seed_hash, vcfg, early=early, reference=reference, floor=floor
+                    model, tok, task, gen, seed_hash, vcfg, early=early, reference=reference, floor=self._floor
                 )
                 self.env.status.gauge("calibrated_version", version)
             except Exception:
