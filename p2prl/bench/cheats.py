@@ -7,7 +7,10 @@ The ``vllm`` column's is what ``p2prl demo --engine vllm`` gives a validator of 
 (``--reference-engine vllm``): tolerances calibrated on reference batches vLLM mines, and its honest
 case is mined by vLLM (skipped where vLLM cannot run the model). The ``cross`` column's is what
 docs/OPERATOR.md gives a validator on another device than its miners: ``--no-calibrate-tolerances``,
-the fixed cross-engine defaults of ``ValidatorConfig``. The attacks of ``bench.attacks`` (steering inside the margin, a payload nobody
+the fixed cross-engine defaults of ``ValidatorConfig``, what such a validator judges with where the
+genesis pins nothing. The ``pinned`` column's is what it judges with where the founder pinned
+``--pin-tolerances hf,hf-avx2``: tolerances from reference batches of this CPU's kernels and an AVX2
+CPU's (``node.weights.isa``, no time cap), and its honest case is mined with AVX2's kernels. The attacks of ``bench.attacks`` (steering inside the margin, a payload nobody
 recomputed, copy front-running, key grinding, a group dropped at will) add what they gained. Every case is a real miner
 built from the same parts with one thing changed: cheaper weights (int8, fp8, a low-rank perturbation),
 older versions, another model of the same shape, a sharpened sampler that still reports honest T=1
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -78,7 +82,7 @@ CASES = (
 # reference batches vLLM mines, honest batches mined by vLLM (a vLLM network: `--reference-engine
 # vllm`; where vLLM runs the model); cross: the uncalibrated cross-engine defaults (a validator on
 # another device than its miners)
-COLUMNS = ("node", "vllm", "cross")
+COLUMNS = ("node", "vllm", "pinned", "cross")
 ATTACKER = bytes(range(96, 128))  # copy front-running's second key
 
 
@@ -196,6 +200,7 @@ def run(
     calibrate_s = time.perf_counter() - t0
     log(f"calibrated in {calibrate_s:.1f} s: {drift}")
     configs = {"node": calibrated, "cross": base}
+    drifts: dict[str, dict[str, float]] = {"node": drift}
     skipped: dict[str, str] = {}
     vllm_miner: Any = None
     if "vllm" in columns:
@@ -204,135 +209,154 @@ def run(
             skipped["vllm"], vllm_miner = vllm_miner, None
         else:
             t0 = time.perf_counter()
-            configs["vllm"], vdrift = calibrate(
+            configs["vllm"], drifts["vllm"] = calibrate(
                 model, setup.tokenizer, setup.task, params, mh, base, other_engines=(lambda _bs: vllm_miner,)
             )
-            log(f"calibrated on vLLM's reference batches in {time.perf_counter() - t0:.1f} s: {vdrift}")
-    columns = tuple(c for c in columns if c not in skipped)
-    for c, why in skipped.items():
-        log(f"{c}: skipped ({why})")
-    n_batches = max(1, -(-rollouts // (GROUP_SIZE * GROUPS_PER_BATCH)))
-    gen_s = verify_s = 0.0
-    next_index = [0]
+            log(f"calibrated on vLLM's reference batches in {time.perf_counter() - t0:.1f} s: {drifts['vllm']}")
+    older: Any = None  # the pinned column's miner: transformers with an AVX2 CPU's kernels
+    if "pinned" in columns:
+        from p2prl.node.weights.isa import IsaEngine
 
-    def indices() -> list[int]:
-        first = next_index[0]
-        next_index[0] += GROUPS_PER_BATCH
-        return list(range(first, first + GROUPS_PER_BATCH))
-
-    def honest_batch(m: Any, engine: Any = None) -> PreparedBatch:
-        from p2prl.rl.engine import HFEngine
-
-        eng = engine if engine is not None else HFEngine(m, setup.tokenizer)
-        return mine_batch(eng, setup.task, cur, mh, MINER, indices(), GROUP_SIZE, params)
-
-    def sharpened(**change: Any) -> PreparedBatch:
-        idx = indices()
-        p = dataclasses.replace(params, **change)
-        groups = _draw(setup, model, mh, idx, GROUP_SIZE, p, sample_keys(mh, MINER, idx, GROUP_SIZE))
-        return _prove(model, cur, mh, groups)
-
-    def best_of(n: int) -> PreparedBatch:
-        idx = indices()
-        draws = [
-            _draw(setup, model, mh, idx, GROUP_SIZE, dataclasses.replace(params, seed=s), None)
-            for s in range(n)
-        ]
-        return _prove(model, cur, mh, max(draws, key=_reward))
-
-    def best_samples() -> PreparedBatch:
-        idx = indices()
-        groups = _draw(
-            setup, model, mh, idx, 2 * GROUP_SIZE, params, sample_keys(mh, MINER, idx, 2 * GROUP_SIZE)
+        older = IsaEngine("avx2", model, setup.tokenizer)
+        t0 = time.perf_counter()
+        configs["pinned"], drifts["pinned"] = calibrate(
+            model, setup.tokenizer, setup.task, params, mh, base, other_engines=(older.sized,), more_s=math.inf
         )
-        kept = []
-        for i, prompt, samples, rewards in groups:
-            order = sorted(range(len(samples)), key=lambda j: (-rewards[j], len(samples[j].completion_ids)))
-            top = order[:GROUP_SIZE]
-            kept.append((i, prompt, [samples[j] for j in top], [rewards[j] for j in top]))
-        return _prove(model, cur, mh, kept)
+        log(f"pinned from this CPU's and {older.capability}'s batches in {time.perf_counter() - t0:.1f} s: {drifts['pinned']}")
+    try:
+        columns = tuple(c for c in columns if c not in skipped)
+        for c, why in skipped.items():
+            log(f"{c}: skipped ({why})")
+        n_batches = max(1, -(-rollouts // (GROUP_SIZE * GROUPS_PER_BATCH)))
+        gen_s = verify_s = 0.0
+        next_index = [0]
 
-    variants: dict[str, Callable[[], PreparedBatch]] = {
-        "honest": lambda: honest_batch(model),
-        "int8": lambda: honest_batch(int8_round_trip(model)),
-        "fp8": lambda: honest_batch(fp8_round_trip(model)),
-        "lowrank_1pct": lambda: honest_batch(low_rank(model, 0.01)),
-        "lowrank_3pct": lambda: honest_batch(low_rank(model, 0.03)),
-        **{f"stale_{k}": (lambda k=k: honest_batch(versions[cur - k])) for k in STALE_KS},
-        "other_model": lambda: honest_batch(setup.other),
-        "temperature_0.6": lambda: sharpened(temperature=0.6),
-        "temperature_0.8": lambda: sharpened(temperature=0.8),
-        "top_p_0.8": lambda: sharpened(top_p=0.8),
-        "greedy": lambda: sharpened(temperature=0.0),
-        **{f"best_of_{n}": (lambda n=n: best_of(n)) for n in BEST_OF},
-        "best_of_samples": best_samples,
-    }
-    attacks: dict[str, Callable[[Ctx], Outcome]] = {
-        "steer_in_margin": steer_in_margin,
-        "steer_in_budget": lambda c: steer_in_margin(c, budgeted=True),
-        "payload_unrecomputed": payload_unrecomputed,
-        "copy_front_running": lambda c: copy_front_running(c, ATTACKER),
-        "key_grinding_64": key_grinding,
-        "soft_drop": soft_drop,
-    }
-    tables: dict[str, list[dict[str, Any]]] = {}
-    for column in columns:
-        cfg = configs[column]
-        ctx = Ctx(setup, model, cur, mh, MINER, cfg, indices, GROUP_SIZE)
-        log(f"{column}: {_tolerances(cfg)}")
-        table = tables[column] = []
-        for case in cases:
-            row: dict[str, Any] = {"case": case, "n": 0, "accepted": 0, "reasons": {}, "hard": 0, "batches": 0}
-            gains: list[float] = []
-            for _ in range(n_batches):
-                t1 = time.perf_counter()
-                if case in attacks:
-                    out = attacks[case](ctx)
-                else:  # a vLLM network's honest miners run vLLM
-                    vllm_honest = case == "honest" and column == "vllm"
-                    prepared = honest_batch(model, vllm_miner) if vllm_honest else variants[case]()
-                    t2 = time.perf_counter()
-                    v = RolloutValidator.for_model(model, setup.tokenizer, setup.task, cur, mh, config=cfg)
-                    verdict = v.check(prepared.announcement, MINER, prepared.blob, cur)
-                    t3 = time.perf_counter()
-                    if case == "honest" and column == columns[0]:
-                        gen_s += t2 - t1
-                        verify_s += t3 - t2
-                    out = Outcome(
-                        prepared.batch.n_rollouts, verdict.accepted_rollouts, verdict.reasons(), verdict.hard_failure
-                    )
-                row["batches"] += 1
-                row["n"] += out.n
-                row["accepted"] += out.accepted
-                row["hard"] += int(out.hard)
-                for r, c in out.reasons.items():
-                    row["reasons"][str(r)] = row["reasons"].get(str(r), 0) + c
-                if out.gain is not None:
-                    gains.append(out.gain)
-                if out.trained is not None:
-                    row["trained"] = row.get("trained", 0) + out.trained
-                for k, x in out.extra.items():
-                    row.setdefault("extra", {})[k] = row.get("extra", {}).get(k, 0.0) + x
-            if gains:
-                row["gain"] = float(sum(gains) / len(gains))
-            table.append(row)
-            more = "".join(f" {k}={row[k]:.3g}" for k in ("gain", "trained") if k in row)
-            log(f"  {case:20s} {row['accepted']:4d}/{row['n']:<4d} hard {row['hard']}/{row['batches']}{more} {row['reasons']}")
-    return {
-        "columns": tables,
-        "cases": tables[columns[0]],
-        "tolerances": {c: _tolerances(configs[c]) for c in columns},
-        "skipped": skipped,
-        "calibration": drift,
-        "calibrate_s": calibrate_s,
-        "generate_s": gen_s,
-        "verify_s": verify_s,
-        "verify_fraction": verify_s / gen_s if gen_s else 0.0,
-        "train_steps": train_steps,
-        "lr": lr,
-        "model": model_name,
-        "rollouts_per_case": n_batches * GROUP_SIZE * GROUPS_PER_BATCH,
-    }
+        def indices() -> list[int]:
+            first = next_index[0]
+            next_index[0] += GROUPS_PER_BATCH
+            return list(range(first, first + GROUPS_PER_BATCH))
+
+        def honest_batch(m: Any, engine: Any = None) -> PreparedBatch:
+            from p2prl.rl.engine import HFEngine
+
+            eng = engine if engine is not None else HFEngine(m, setup.tokenizer)
+            return mine_batch(eng, setup.task, cur, mh, MINER, indices(), GROUP_SIZE, params)
+
+        def sharpened(**change: Any) -> PreparedBatch:
+            idx = indices()
+            p = dataclasses.replace(params, **change)
+            groups = _draw(setup, model, mh, idx, GROUP_SIZE, p, sample_keys(mh, MINER, idx, GROUP_SIZE))
+            return _prove(model, cur, mh, groups)
+
+        def best_of(n: int) -> PreparedBatch:
+            idx = indices()
+            draws = [
+                _draw(setup, model, mh, idx, GROUP_SIZE, dataclasses.replace(params, seed=s), None)
+                for s in range(n)
+            ]
+            return _prove(model, cur, mh, max(draws, key=_reward))
+
+        def best_samples() -> PreparedBatch:
+            idx = indices()
+            groups = _draw(
+                setup, model, mh, idx, 2 * GROUP_SIZE, params, sample_keys(mh, MINER, idx, 2 * GROUP_SIZE)
+            )
+            kept = []
+            for i, prompt, samples, rewards in groups:
+                order = sorted(range(len(samples)), key=lambda j: (-rewards[j], len(samples[j].completion_ids)))
+                top = order[:GROUP_SIZE]
+                kept.append((i, prompt, [samples[j] for j in top], [rewards[j] for j in top]))
+            return _prove(model, cur, mh, kept)
+
+        variants: dict[str, Callable[[], PreparedBatch]] = {
+            "honest": lambda: honest_batch(model),
+            "int8": lambda: honest_batch(int8_round_trip(model)),
+            "fp8": lambda: honest_batch(fp8_round_trip(model)),
+            "lowrank_1pct": lambda: honest_batch(low_rank(model, 0.01)),
+            "lowrank_3pct": lambda: honest_batch(low_rank(model, 0.03)),
+            **{f"stale_{k}": (lambda k=k: honest_batch(versions[cur - k])) for k in STALE_KS},
+            "other_model": lambda: honest_batch(setup.other),
+            "temperature_0.6": lambda: sharpened(temperature=0.6),
+            "temperature_0.8": lambda: sharpened(temperature=0.8),
+            "top_p_0.8": lambda: sharpened(top_p=0.8),
+            "greedy": lambda: sharpened(temperature=0.0),
+            **{f"best_of_{n}": (lambda n=n: best_of(n)) for n in BEST_OF},
+            "best_of_samples": best_samples,
+        }
+        attacks: dict[str, Callable[[Ctx], Outcome]] = {
+            "steer_in_margin": steer_in_margin,
+            "steer_in_budget": lambda c: steer_in_margin(c, budgeted=True),
+            "payload_unrecomputed": payload_unrecomputed,
+            "copy_front_running": lambda c: copy_front_running(c, ATTACKER),
+            "key_grinding_64": key_grinding,
+            "soft_drop": soft_drop,
+        }
+        tables: dict[str, list[dict[str, Any]]] = {}
+        for column in columns:
+            cfg = configs[column]
+            ctx = Ctx(setup, model, cur, mh, MINER, cfg, indices, GROUP_SIZE)
+            log(f"{column}: {_tolerances(cfg)}")
+            table = tables[column] = []
+            for case in cases:
+                row: dict[str, Any] = {"case": case, "n": 0, "accepted": 0, "reasons": {}, "hard": 0, "batches": 0}
+                gains: list[float] = []
+                for _ in range(n_batches):
+                    t1 = time.perf_counter()
+                    if case in attacks:
+                        out = attacks[case](ctx)
+                    else:  # a vLLM network's honest miners run vLLM, a pinned one's an AVX2 CPU's kernels
+                        vllm_honest = case == "honest" and column == "vllm"
+                        older_honest = case == "honest" and column == "pinned"  # a miner on the older CPU
+                        if vllm_honest or older_honest:
+                            prepared = honest_batch(model, vllm_miner if vllm_honest else older)
+                        else:
+                            prepared = variants[case]()
+                        t2 = time.perf_counter()
+                        v = RolloutValidator.for_model(model, setup.tokenizer, setup.task, cur, mh, config=cfg)
+                        verdict = v.check(prepared.announcement, MINER, prepared.blob, cur)
+                        t3 = time.perf_counter()
+                        if case == "honest" and column == columns[0]:
+                            gen_s += t2 - t1
+                            verify_s += t3 - t2
+                        out = Outcome(
+                            prepared.batch.n_rollouts, verdict.accepted_rollouts, verdict.reasons(), verdict.hard_failure
+                        )
+                    row["batches"] += 1
+                    row["n"] += out.n
+                    row["accepted"] += out.accepted
+                    row["hard"] += int(out.hard)
+                    for r, c in out.reasons.items():
+                        row["reasons"][str(r)] = row["reasons"].get(str(r), 0) + c
+                    if out.gain is not None:
+                        gains.append(out.gain)
+                    if out.trained is not None:
+                        row["trained"] = row.get("trained", 0) + out.trained
+                    for k, x in out.extra.items():
+                        row.setdefault("extra", {})[k] = row.get("extra", {}).get(k, 0.0) + x
+                if gains:
+                    row["gain"] = float(sum(gains) / len(gains))
+                table.append(row)
+                more = "".join(f" {k}={row[k]:.3g}" for k in ("gain", "trained") if k in row)
+                log(f"  {case:20s} {row['accepted']:4d}/{row['n']:<4d} hard {row['hard']}/{row['batches']}{more} {row['reasons']}")
+        return {
+            "columns": tables,
+            "cases": tables[columns[0]],
+            "tolerances": {c: _tolerances(configs[c]) for c in columns},
+            "skipped": skipped,
+            "calibration": drift,
+            "calibrations": drifts,  # per column calibrated: what its reference batches measured
+            "calibrate_s": calibrate_s,
+            "generate_s": gen_s,
+            "verify_s": verify_s,
+            "verify_fraction": verify_s / gen_s if gen_s else 0.0,
+            "train_steps": train_steps,
+            "lr": lr,
+            "model": model_name,
+            "rollouts_per_case": n_batches * GROUP_SIZE * GROUPS_PER_BATCH,
+        }
+    finally:
+        if older is not None:
+            older.close()
 
 
 def _tolerances(cfg: ValidatorConfig) -> dict[str, float]:

@@ -186,10 +186,11 @@ def bench_cheats(
     train_steps: int = typer.Option(8, "--train-steps", min=8, help="GRPO-shaped steps before the cases."),
     cache_dir: Path = typer.Option(_CACHE, "--cache-dir", help="Where the default model is built (env P2PRL_CACHE)."),
     columns: str = typer.Option(
-        "node,vllm,cross",
+        "node,vllm,pinned,cross",
         "--columns",
         help="Validator settings: node (calibrated on its own engine), vllm (calibrated on vLLM's reference "
-        "batches, vLLM miners; where vLLM runs the model), cross (the uncalibrated cross-engine defaults).",
+        "batches, vLLM miners; where vLLM runs the model), pinned (a genesis's --pin-tolerances hf,hf-avx2; "
+        "an AVX2 CPU's miners), cross (the uncalibrated cross-engine defaults).",
     ),
     cases: str = typer.Option("", "--cases", help="Comma list of cases (default: all)."),
     model: str = typer.Option(
@@ -227,7 +228,9 @@ def bench_cheats(
 
 def bench_honest(
     rollouts: int = typer.Option(1700, "--rollouts", min=8, help="Honest rollouts per setting and model."),
-    models: str = typer.Option("tiny", "--models", help="Comma list of: tiny (default model), big (~24M)."),
+    models: str = typer.Option(
+        "tiny", "--models", help="Comma list of: tiny (default model), big (~24M), real (SmolLM2-135M-Instruct)."
+    ),
     batch_sizes: str = typer.Option("1,8,32", "--batch-sizes", help="Engine batch sizes."),
     threads: str = typer.Option("1,2", "--threads", help="Miner thread counts."),
     miner_device: str = typer.Option("cpu", "--miner-device", help="Torch device of the miner's engine."),

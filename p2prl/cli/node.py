@@ -200,7 +200,8 @@ def _network_init_signature() -> inspect.Signature:
                 "",
                 "--pin-tolerances",
                 help="Measure the validators' tolerances before signing: honest batches mined by these engines "
-                "(hf, vllm: the miners' engines, comma-separated) at version 0, signed into the genesis for "
+                "(hf, vllm: the miners' engines, comma-separated; hf-avx2: transformers with an AVX2 CPU's "
+                "kernels, run beside a newer CPU's) at version 0, signed into the genesis for "
                 "validators that do not calibrate their own (empty: none).",
             ),
         ),
