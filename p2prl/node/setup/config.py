@@ -202,8 +202,9 @@ class NodeConfig:
         default="own",
         metadata={
             "help": "Validator: the engine calibration's reference batches are mined with: own (this "
-            "node's transformers engine) or vllm (the network's miners run vLLM on this device: batches "
-            "mined by vLLM too, the looser tolerances held)."
+            "node's transformers engine), vllm (the network's miners run vLLM on this device: batches "
+            "mined by vLLM too, the looser tolerances held) or hf-avx2 (miners on AVX2 CPUs judged on a "
+            "newer one: batches mined with AVX2's kernels too)."
         },
     )
     checked_per_group: int = field(
@@ -235,8 +236,10 @@ class NodeConfig:
             raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, not {self.device!r}")
         if self.engine not in ("auto", "hf", "vllm"):
             raise ConfigError(f"engine must be auto, hf or vllm, not {self.engine!r}")
-        if self.reference_engine not in ("own", "vllm"):
-            raise ConfigError(f"reference_engine must be own or vllm, not {self.reference_engine!r}")
+        if self.reference_engine not in ("own", "vllm", "hf-avx2"):
+            raise ConfigError(f"reference_engine must be own, vllm or hf-avx2, not {self.reference_engine!r}")
+        if self.reference_engine == "hf-avx2" and self.device != "cpu":
+            raise ConfigError("reference_engine hf-avx2 is a CPU's engine: it needs device cpu")
         if not -1 <= self.status_port <= 65535:
             raise ConfigError("status_port must be -1..65535")
         if self.journal_bytes < 0 or 0 < self.journal_bytes < 1 << 16:

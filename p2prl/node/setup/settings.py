@@ -50,7 +50,7 @@ class ValidatorSettings(RoleSettings):
     keep_states: int
     checked_per_group: int
     calibrate_tolerances: bool
-    reference_engine: str  # own | vllm: what mines calibration's reference batches
+    reference_engine: str  # own | vllm | hf-avx2: what mines calibration's reference batches besides own
     score_window: int
 
 

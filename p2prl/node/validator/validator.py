@@ -31,7 +31,8 @@ from p2prl.node.runtime.role import RoleEnv
 from p2prl.node.runtime.task import generation_params, task_of
 from p2prl.node.setup.settings import ValidatorSettings
 from p2prl.node.validator.judgequeue import GOOD, NEW, Announcement, JudgeQueue, key_of
-from p2prl.node.weights.engine import open_reference_vllm
+from p2prl.node.weights.engine import VLLMMinerEngine, open_reference_vllm
+from p2prl.node.weights.isa import IsaEngine
 from p2prl.node.weights.start import open_synced_role
 from p2prl.node.weights.sync import WeightSync
 from p2prl.node.weights.version import Weights
@@ -122,18 +123,18 @@ def calibrated(
     manifest_hash: str,
     vcfg: ValidatorConfig,
     early: Callable[[ValidatorConfig], None] | None = None,
-    reference: RolloutEngine | None = None,
+    reference: Callable[[int], RolloutEngine] | None = None,
     floor: ValidatorConfig | None = None,
 ) -> ValidatorConfig:
     """``vcfg`` with tolerances from this engine's own honest drift (KV-cache generation at two batch
     sizes against the full forward), so a miner on the same engine with other or perturbed weights
     fails where the loose defaults would let a small perturbation through. ``early``: the first
     batches' tolerances, while more are mined on an engine that is not exact. ``reference``: the
-    engine the network's miners also run (vLLM): reference batches are mined with both, and the
-    tolerances hold the loosest pair. ``floor``: the genesis's pinned tolerances (the founder's
+    engine the network's miners also run (vLLM, or an AVX2 CPU's kernels), given the batch size:
+    reference batches are mined with both, and the tolerances hold the loosest pair. ``floor``: the genesis's pinned tolerances (the founder's
     reference run over the miners' engines), which no calibrated one goes below."""
     t0 = time.monotonic()
-    others = () if reference is None else (lambda _batch: reference,)
+    others = () if reference is None else (reference,)
     if floor is not None and early is not None:
         first = early
 
@@ -232,14 +233,20 @@ class Validator:
         tok, task, gen, vcfg = self._cal_args
 
         def run() -> None:
-            reference = None
+            reference: VLLMMinerEngine | IsaEngine | None = None
+            mine: Callable[[int], RolloutEngine] | None = None
             t0 = time.monotonic()
             try:
                 if self.env.settings.reference_engine == "vllm":
-                    reference = open_reference_vllm(self.env, model, tok)
+                    vllm = reference = open_reference_vllm(self.env, model, tok)
+                    mine = lambda _bs: vllm  # noqa: E731  (vLLM batches by itself)
                     log.info("calibrating against reference batches mined with vLLM")
+                elif self.env.settings.reference_engine == "hf-avx2":
+                    older = reference = IsaEngine("avx2", model, tok)
+                    mine = older.sized
+                    log.info("calibrating against reference batches mined with %s kernels", older.capability)
                 self._tuned = calibrated(
-                    model, tok, task, gen, seed_hash, vcfg, early=early, reference=reference, floor=self._floor
+                    model, tok, task, gen, seed_hash, vcfg, early=early, reference=mine, floor=self._floor
                 )
                 self.env.status.gauge("calibrated_version", version)
             except Exception:

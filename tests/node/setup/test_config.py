@@ -67,6 +67,8 @@ def test_config_file_from_env(tmp_path: Path) -> None:
         ('network = "a"\nmax_upload_mb_s = -1.0\n', "max_upload_mb_s"),
         ('network = "a"\nchecked_per_group = -1\n', "checked_per_group"),
         ('network = "a"\nsuperseed_s = -1.0\n', "superseed_s"),
+        ('network = "a"\nreference_engine = "hf-avx512"\n', "own, vllm or hf-avx2"),
+        ('network = "a"\nreference_engine = "hf-avx2"\ndevice = "cuda"\n', "a CPU's engine"),
     ],
 )
 def test_bad_toml(tmp_path: Path, text: str, match: str) -> None:

@@ -95,3 +95,48 @@ def test_tolerances_are_measured_again_as_the_model_trains(make_net, monkeypatch
         assert not v._calibrating() and rt.status.snapshot()["counters"]["recalibrations"] == 1
     finally:
         rt.net.stop()
+
+
+@pytest.mark.slow
+def test_a_validator_calibrates_on_an_avx2_cpus_reference_batches(make_net, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--reference-engine hf-avx2``: the validator's calibration mines its reference batches with
+    AVX2's kernels too (a child process, closed after), and an AVX2 miner's batch on other prompts is
+    accepted with the tolerances it holds."""
+    from p2prl.node.weights.isa import IsaEngine
+
+    made: list[IsaEngine] = []
+
+    class Recorded(IsaEngine):
+        def __init__(self, *a: object, **kw: object) -> None:
+            super().__init__(*a, **kw)  # type: ignore[arg-type]
+            self.calls = 0
+            made.append(self)
+
+        def generate(self, *a: object, **kw: object) -> object:
+            self.calls += 1
+            return super().generate(*a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(vmod, "IsaEngine", Recorded)
+    rt = build_runtime(make_net().config("validator", calibrate_tolerances=True, reference_engine="hf-avx2"))
+    try:
+        v = vmod.Validator(rt.env(ValidatorSettings))
+        assert v.wait_calibrated(300)
+        assert len(made) == 1 and made[0].capability == "AVX2" and not made[0]._proc.is_alive()
+        # both runs of its first batches, then more whatever they showed (another CPU's drift is rare)
+        assert made[0].calls >= 3
+        miner = Identity.generate()
+        g = v.env.g.generation
+        older = IsaEngine("avx2", v.engine.model, v.engine.tokenizer)
+        try:
+            prep = mine_batch(
+                older, task_of(v.env), 0, v.current.hash, miner.public_key,
+                list(range(300, 300 + g.groups_per_batch)), g.group_size, generation_params(v.env, seed=0),
+            )  # fmt: skip
+        finally:
+            older.close()
+        env, ann = decode_message(encode_message(miner, v.env.network_id, prep.announcement), v.env.network_id)
+        item = Incoming("rollouts", env, ann, peer_id_for(miner), peer_id_for(miner))
+        bv = v.check(item, prep.blob)
+        assert bv is not None and not bv.hard_failure and all(grp.accepted for grp in bv.groups), bv.reasons()
+    finally:
+        rt.net.stop()
