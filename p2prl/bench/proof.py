@@ -490,6 +490,7 @@ def honest_acceptance(
     lr: float = 3e-3,
     max_new_tokens: int = 0,
     engine: str = "hf",
+    miner_isa: str = "",
 ) -> dict[str, Any]:
     """``p2prl bench honest``: honest miners at every (engine batch size, thread count), each batch
     judged with every rollout recomputed by a validator with calibrated tolerances, as a node runs
@@ -504,7 +505,10 @@ def honest_acceptance(
     length. ``engine="vllm"``: the miner is a vLLM miner (``node.weights.engine.VLLMMinerEngine``: vLLM picks
     the tokens, one teacher-forced transformers pass gives the states and logprobs) on the model
     written to a directory; vLLM batches by itself, so batch sizes and threads do not apply (one row,
-    batch 0, threads 0); a model vLLM cannot run is skipped with the reason."""
+    batch 0, threads 0); a model vLLM cannot run is skipped with the reason. ``miner_isa="avx2"``:
+    the miner runs an AVX2 CPU's kernels (``node.weights.isa``, its own process: threads 0) while the
+    validator calibrates and judges on this CPU's, as miners and validators on two CPU generations
+    meet at node defaults."""
     import torch
 
     from p2prl.rl.engine import HFEngine
@@ -520,8 +524,13 @@ def honest_acceptance(
         miner_model = copy.deepcopy(setup.model).to(miner_device)
         val_model = copy.deepcopy(setup.model).to(validator_device)
         base = ValidatorConfig(generation=generation_spec(p, groups_per_batch=8), checked_per_group=0)
-        on_vllm = None
-        if engine == "vllm":
+        on_vllm: Any = None
+        if miner_isa:
+            from p2prl.node.weights.isa import IsaEngine
+
+            on_vllm = IsaEngine(miner_isa, miner_model, setup.tokenizer)
+            log(f"{setup.name}: the miner runs torch's {on_vllm.capability} kernels")
+        elif engine == "vllm":
             on_vllm = vllm_miner(miner_model, setup.tokenizer, miner_device)
             if isinstance(on_vllm, str):
                 log(f"{setup.name}: skipped: {on_vllm}")
@@ -531,7 +540,10 @@ def honest_acceptance(
         tol = {k: getattr(cfg, k) for k in TOLERANCES}
         log(f"{setup.name}: calibrated {tol} from honest drift {drift}")
         rows = []
-        settings = [(0, 0)] if on_vllm is not None else [(b, t) for b in batch_sizes for t in threads]
+        if miner_isa:
+            settings = [(b, 0) for b in batch_sizes]
+        else:
+            settings = [(0, 0)] if on_vllm is not None else [(b, t) for b in batch_sizes for t in threads]
         for bs, th in settings:
             v = RolloutValidator.for_model(val_model, setup.tokenizer, setup.task, 5, mh, config=cfg)
             row = {"batch_size": bs, "threads": th, "n": 0, "accepted": 0, "reasons": {}}
@@ -549,7 +561,10 @@ def honest_acceptance(
                 if th:
                     torch.set_num_threads(th)  # the miner's threads; the validator keeps the default
                 try:
-                    eng = on_vllm or HFEngine(miner_model, setup.tokenizer, max_batch=bs)
+                    if miner_isa:
+                        eng = on_vllm.sized(bs)
+                    else:
+                        eng = on_vllm or HFEngine(miner_model, setup.tokenizer, max_batch=bs)
                     pb = mine_batch(eng, setup.task, 5, mh, MINER_A, idx, GROUP_SIZE, replace(p, seed=b))
                 finally:
                     if th:
@@ -565,10 +580,13 @@ def honest_acceptance(
             row.update(worst, seconds=time.perf_counter() - t0)
             log(f"  {setup.name:5s} batch {bs:2d} threads {th}: {row['accepted']}/{row['n']} {row}")
             rows.append(row)
+        if miner_isa:
+            on_vllm.close()
         out[setup.name] = {
             "tolerances": tol,
             "calibration_drift": drift,
             "engine": engine,
+            "miner_isa": miner_isa or None,
             "devices": {"miner": miner_device, "validator": validator_device},
             "train_steps": train_steps,
             "max_new_tokens": p.max_new_tokens,

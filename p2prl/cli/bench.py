@@ -241,11 +241,17 @@ def bench_honest(
     lr: float = typer.Option(3e-3, "--lr", help="Learning rate of those steps."),
     max_new_tokens: int = typer.Option(0, "--max-new-tokens", min=0, help="Completion length (0: default)."),
     engine: str = typer.Option("hf", "--engine", help="The miner's engine: hf or vllm (a vLLM miner)."),
+    miner_isa: str = typer.Option(
+        "", "--miner-isa", help="avx2: the miner runs an AVX2 CPU's kernels, the validator this CPU's."
+    ),
     cache_dir: Path = typer.Option(_CACHE, "--cache-dir"),
 ) -> None:
     """Honest acceptance (the false-reject rate) across engine batch sizes, thread counts and devices."""
     from p2prl.bench.proof import honest_acceptance
+    from p2prl.node.weights.isa import ISA_ENV
 
+    if miner_isa and miner_isa not in ISA_ENV:
+        raise typer.BadParameter(f"--miner-isa must be one of {', '.join(ISA_ENV)}, not {miner_isa!r}")
     result = honest_acceptance(
         cache_dir,
         rollouts,
@@ -259,6 +265,7 @@ def bench_honest(
         lr=lr,
         max_new_tokens=max_new_tokens,
         engine=engine,
+        miner_isa=miner_isa,
     )
     typer.echo(json.dumps(result, sort_keys=True, default=float))
 

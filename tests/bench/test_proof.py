@@ -42,3 +42,5 @@ def test_cli_rejects_unknown_models() -> None:
     assert r.exit_code != 0 and "models must be" in r.output
     r = CliRunner().invoke(app, ["bench", "proof", "--checked-per-group", "-1"])
     assert r.exit_code != 0
+    r = CliRunner().invoke(app, ["bench", "honest", "--miner-isa", "sse4"])
+    assert r.exit_code != 0 and "--miner-isa must be one of avx2" in r.output

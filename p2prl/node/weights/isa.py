@@ -5,17 +5,18 @@ torch and oneDNN choose their kernels by CPU once per process (AVX2, AVX-512, AM
 numerics differ between them by a rounding step here and there: a miner on an AVX2 machine judged by
 a validator on an AVX-512 one drifts by more than either does against itself. A newer CPU runs the
 older kernels when told before torch starts (``ATEN_CPU_CAPABILITY``, ``ONEDNN_MAX_CPU_ISA``), so
-the engine lives in a child process started with them and answers ``generate`` over a pipe.
+the engine lives in a child process (``python -m p2prl.node.weights.isa``, started with them) and
+answers ``generate`` over a private socket.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
+import pickle
+import socket
+import subprocess
+import sys
 import tempfile
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -27,24 +28,6 @@ ISA_ENV: dict[str, dict[str, str]] = {
 }
 START_TIMEOUT_S = 600.0
 
-_env_lock = threading.Lock()
-
-
-@contextmanager
-def _environ(extra: dict[str, str]) -> Iterator[None]:
-    """``os.environ`` with ``extra`` while a child process starts (it copies the environment then)."""
-    with _env_lock:
-        old = {k: os.environ.get(k) for k in extra}
-        os.environ.update(extra)
-        try:
-            yield
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-
 
 @dataclass(frozen=True)
 class _Ids:
@@ -54,31 +37,42 @@ class _Ids:
     stop_ids: frozenset[int]
 
 
-def _serve(conn: Connection, path: str, ids: _Ids) -> None:
-    """The child: load the model written to ``path`` with this process's kernels, then answer
-    generate calls."""
+def _send(conn: Connection, obj: Any) -> None:
+    """Plain pickles (tensors inline): the multiprocessing pickler would hand tensors over through
+    shared memory, which needs a parent that multiprocessing started."""
+    conn.send_bytes(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _recv(conn: Connection) -> Any:
+    return pickle.loads(conn.recv_bytes())  # our own child, over a private socket
+
+
+def _serve(conn: Connection) -> None:
+    """The child: load the model written to the directory it is sent with this process's kernels,
+    then answer generate calls until told to stop."""
     import torch
 
     from p2prl.patch import weights_hash
     from p2prl.rl import HFEngine, load_weights_model
 
+    path, ids = _recv(conn)
     try:
         model = load_weights_model(Path(path), torch.bfloat16)
         h = weights_hash({k: v for k, v in model.state_dict().items()})
-        conn.send(("ready", h, torch.backends.cpu.get_cpu_capability()))
+        _send(conn, ("ready", h, torch.backends.cpu.get_cpu_capability()))
     except Exception as e:  # told to the parent, which raises it
-        conn.send(("error", f"{type(e).__name__}: {e}", ""))
+        _send(conn, ("error", f"{type(e).__name__}: {e}", ""))
         return
     while True:
-        msg = conn.recv()
+        msg = _recv(conn)
         if msg is None:
             return
         max_batch, prompts, n, params, keys = msg
         try:
             out = HFEngine(model, ids, max_batch=max_batch).generate(prompts, n, params, keys)
-            conn.send(("ok", out))
+            _send(conn, ("ok", out))
         except Exception as e:
-            conn.send(("error", f"{type(e).__name__}: {e}"))
+            _send(conn, ("error", f"{type(e).__name__}: {e}"))
 
 
 class IsaEngine:
@@ -97,23 +91,28 @@ class IsaEngine:
         self._dir = tempfile.TemporaryDirectory(prefix=f"p2prl-{isa}-")
         model.save_pretrained(self._dir.name)
         want = weights_hash({k: v for k, v in model.state_dict().items()})
-        ctx = mp.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        ids = _Ids(int(tokenizer.pad_id), frozenset(int(i) for i in tokenizer.stop_ids))
-        self._proc = ctx.Process(target=_serve, args=(child, self._dir.name, ids), daemon=True)
-        with _environ(ISA_ENV[isa]):
-            self._proc.start()
-        child.close()
-        if not self._conn.poll(START_TIMEOUT_S):
+        mine, theirs = socket.socketpair()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            env={**os.environ, **ISA_ENV[isa]},
+        )
+        theirs.close()
+        self._conn = Connection(mine.detach())
+        try:
+            _send(self._conn, (self._dir.name, _Ids(int(tokenizer.pad_id), frozenset(map(int, tokenizer.stop_ids)))))
+            if not self._conn.poll(START_TIMEOUT_S):
+                raise RuntimeError(f"the {isa} engine did not start in {START_TIMEOUT_S:.0f} s")
+            status, detail, capability = _recv(self._conn)
+            if status != "ready":
+                raise RuntimeError(f"the {isa} engine failed to load the model: {detail}")
+            if detail != want:
+                raise RuntimeError(f"the {isa} engine loaded other weights ({detail[:12]}…)")
+        except (OSError, EOFError, RuntimeError) as e:
             self.close()
-            raise RuntimeError(f"the {isa} engine did not start in {START_TIMEOUT_S:.0f} s")
-        status, detail, capability = self._conn.recv()
-        if status != "ready":
-            self.close()
-            raise RuntimeError(f"the {isa} engine failed to load the model: {detail}")
-        if detail != want:
-            self.close()
-            raise RuntimeError(f"the {isa} engine loaded other weights ({detail[:12]}…)")
+            if isinstance(e, RuntimeError):
+                raise
+            raise RuntimeError(f"the {isa} engine exited while starting: {e!r}") from e
         self.capability: str = capability
 
     def sized(self, max_batch: int) -> IsaEngine:
@@ -122,21 +121,30 @@ class IsaEngine:
         return self
 
     def generate(self, prompts: list[list[int]], n_samples: int, params: Any, keys: Any = None) -> Any:
-        self._conn.send((self.max_batch, prompts, n_samples, params, keys))
-        status, out = self._conn.recv()
+        _send(self._conn, (self.max_batch, prompts, n_samples, params, keys))
+        status, out = _recv(self._conn)
         if status != "ok":
             raise RuntimeError(f"the engine's child failed: {out}")
         return out
 
+    @property
+    def running(self) -> bool:
+        return self._proc.poll() is None
+
     def close(self) -> None:
-        if self._proc.is_alive():
+        if self.running:
             try:
-                self._conn.send(None)
+                _send(self._conn, None)
             except OSError:
                 pass
-            self._proc.join(timeout=10)
-        if self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
         self._conn.close()
         self._dir.cleanup()
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1])))

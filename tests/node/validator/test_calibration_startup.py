@@ -121,7 +121,7 @@ def test_a_validator_calibrates_on_an_avx2_cpus_reference_batches(make_net, monk
     try:
         v = vmod.Validator(rt.env(ValidatorSettings))
         assert v.wait_calibrated(300)
-        assert len(made) == 1 and made[0].capability == "AVX2" and not made[0]._proc.is_alive()
+        assert len(made) == 1 and made[0].capability == "AVX2" and not made[0].running
         # both runs of its first batches, then more whatever they showed (another CPU's drift is rare)
         assert made[0].calls >= 3
         miner = Identity.generate()
