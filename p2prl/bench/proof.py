@@ -597,6 +597,13 @@ def honest_acceptance(
     return {"rollouts": total, "accepted": accepted, "false_rejects": total - accepted, "models": out}
 
 
+def miner_isas() -> tuple[str, ...]:
+    """The older CPU generations a miner of ``honest_acceptance`` can run the kernels of."""
+    from p2prl.node.weights.isa import ISA_ENV
+
+    return tuple(ISA_ENV)
+
+
 def vllm_miner(model: Any, tokenizer: Any, device: str) -> Any:
     """A vLLM miner on ``model`` (written to a temporary directory), or why vLLM cannot run it."""
     import tempfile

@@ -247,11 +247,10 @@ def bench_honest(
     cache_dir: Path = typer.Option(_CACHE, "--cache-dir"),
 ) -> None:
     """Honest acceptance (the false-reject rate) across engine batch sizes, thread counts and devices."""
-    from p2prl.bench.proof import honest_acceptance
-    from p2prl.node.weights.isa import ISA_ENV
+    from p2prl.bench.proof import honest_acceptance, miner_isas
 
-    if miner_isa and miner_isa not in ISA_ENV:
-        raise typer.BadParameter(f"--miner-isa must be one of {', '.join(ISA_ENV)}, not {miner_isa!r}")
+    if miner_isa and miner_isa not in miner_isas():
+        raise typer.BadParameter(f"--miner-isa must be one of {', '.join(miner_isas())}, not {miner_isa!r}")
     result = honest_acceptance(
         cache_dir,
         rollouts,
