@@ -305,12 +305,8 @@ def run(
                     if case in attacks:
                         out = attacks[case](ctx)
                     else:  # a vLLM network's honest miners run vLLM, a pinned one's an AVX2 CPU's kernels
-                        vllm_honest = case == "honest" and column == "vllm"
-                        older_honest = case == "honest" and column == "pinned"  # a miner on the older CPU
-                        if vllm_honest or older_honest:
-                            prepared = honest_batch(model, vllm_miner if vllm_honest else older)
-                        else:
-                            prepared = variants[case]()
+                        own = {"vllm": vllm_miner, "pinned": older}.get(column) if case == "honest" else None
+                        prepared = honest_batch(model, own) if own is not None else variants[case]()
                         t2 = time.perf_counter()
                         v = RolloutValidator.for_model(model, setup.tokenizer, setup.task, cur, mh, config=cfg)
                         verdict = v.check(prepared.announcement, MINER, prepared.blob, cur)

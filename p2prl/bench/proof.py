@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -524,26 +525,29 @@ def honest_acceptance(
         miner_model = copy.deepcopy(setup.model).to(miner_device)
         val_model = copy.deepcopy(setup.model).to(validator_device)
         base = ValidatorConfig(generation=generation_spec(p, groups_per_batch=8), checked_per_group=0)
-        on_vllm: Any = None
+        older: Any = None  # the miner on an older CPU's kernels
+        mine: Callable[[int], Any] | None = None  # the miner's engine for a batch size (None: HFEngine's)
         if miner_isa:
             from p2prl.node.weights.isa import IsaEngine
 
-            on_vllm = IsaEngine(miner_isa, miner_model, setup.tokenizer)
-            log(f"{setup.name}: the miner runs torch's {on_vllm.capability} kernels")
+            older = IsaEngine(miner_isa, miner_model, setup.tokenizer)
+            mine = older.sized
+            log(f"{setup.name}: the miner runs torch's {older.capability} kernels")
         elif engine == "vllm":
             on_vllm = vllm_miner(miner_model, setup.tokenizer, miner_device)
             if isinstance(on_vllm, str):
                 log(f"{setup.name}: skipped: {on_vllm}")
                 out[setup.name] = {"skipped": on_vllm, "settings": []}
                 continue
+            mine = lambda _bs, e=on_vllm: e  # noqa: E731  (vLLM batches by itself)
         cfg, drift = calibrate(val_model, setup.tokenizer, setup.task, p, mh, base)
         tol = {k: getattr(cfg, k) for k in TOLERANCES}
         log(f"{setup.name}: calibrated {tol} from honest drift {drift}")
         rows = []
-        if miner_isa:
+        if miner_isa:  # its own process: this one's thread count is not the miner's
             settings = [(b, 0) for b in batch_sizes]
         else:
-            settings = [(0, 0)] if on_vllm is not None else [(b, t) for b in batch_sizes for t in threads]
+            settings = [(0, 0)] if mine is not None else [(b, t) for b in batch_sizes for t in threads]
         for bs, th in settings:
             v = RolloutValidator.for_model(val_model, setup.tokenizer, setup.task, 5, mh, config=cfg)
             row = {"batch_size": bs, "threads": th, "n": 0, "accepted": 0, "reasons": {}}
@@ -561,10 +565,7 @@ def honest_acceptance(
                 if th:
                     torch.set_num_threads(th)  # the miner's threads; the validator keeps the default
                 try:
-                    if miner_isa:
-                        eng = on_vllm.sized(bs)
-                    else:
-                        eng = on_vllm or HFEngine(miner_model, setup.tokenizer, max_batch=bs)
+                    eng = mine(bs) if mine is not None else HFEngine(miner_model, setup.tokenizer, max_batch=bs)
                     pb = mine_batch(eng, setup.task, 5, mh, MINER_A, idx, GROUP_SIZE, replace(p, seed=b))
                 finally:
                     if th:
@@ -580,8 +581,8 @@ def honest_acceptance(
             row.update(worst, seconds=time.perf_counter() - t0)
             log(f"  {setup.name:5s} batch {bs:2d} threads {th}: {row['accepted']}/{row['n']} {row}")
             rows.append(row)
-        if miner_isa:
-            on_vllm.close()
+        if older is not None:
+            older.close()
         out[setup.name] = {
             "tolerances": tol,
             "calibration_drift": drift,

@@ -140,14 +140,14 @@ def calibrate(
         yield 1, 7, 0
         # another engine's drift can be rare (another CPU's kernels: a token in ~10³), so two batches
         # without any say nothing: with other engines, mine on to min_tokens whatever they showed
-        def drifts() -> bool:
+        def mine_more() -> bool:
             return bool(other_engines) or bool(worst["fp_quantile"] or worst["sampling_dist"])
 
-        if early is not None and drifts() and tokens < min_tokens:
+        if early is not None and mine_more() and tokens < min_tokens:
             early(tolerances())
         deadline = time.monotonic() + more_s
         first = n_prompts
-        while tokens < min_tokens and time.monotonic() < deadline and drifts():
+        while tokens < min_tokens and time.monotonic() < deadline and mine_more():
             yield group_size * n_prompts, 8, first  # other prompts: other uniforms
             first += n_prompts
 

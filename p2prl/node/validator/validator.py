@@ -131,8 +131,9 @@ def calibrated(
     fails where the loose defaults would let a small perturbation through. ``early``: the first
     batches' tolerances, while more are mined on an engine that is not exact. ``reference``: the
     engine the network's miners also run (vLLM, or an AVX2 CPU's kernels), given the batch size:
-    reference batches are mined with both, and the tolerances hold the loosest pair. ``floor``: the genesis's pinned tolerances (the founder's
-    reference run over the miners' engines), which no calibrated one goes below."""
+    reference batches are mined with both, and the tolerances hold the loosest pair. ``floor``: the
+    genesis's pinned tolerances (the founder's reference run over the miners' engines), which no
+    calibrated one goes below."""
     t0 = time.monotonic()
     others = () if reference is None else (reference,)
     if floor is not None and early is not None:

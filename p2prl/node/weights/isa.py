@@ -58,7 +58,7 @@ def _serve(conn: Connection) -> None:
     path, ids = _recv(conn)
     try:
         model = load_weights_model(Path(path), torch.bfloat16)
-        h = weights_hash({k: v for k, v in model.state_dict().items()})
+        h = weights_hash(model.state_dict())
         _send(conn, ("ready", h, torch.backends.cpu.get_cpu_capability()))
     except Exception as e:  # told to the parent, which raises it
         _send(conn, ("error", f"{type(e).__name__}: {e}", ""))
@@ -90,7 +90,7 @@ class IsaEngine:
         self.max_batch = 512
         self._dir = tempfile.TemporaryDirectory(prefix=f"p2prl-{isa}-")
         model.save_pretrained(self._dir.name)
-        want = weights_hash({k: v for k, v in model.state_dict().items()})
+        want = weights_hash(model.state_dict())
         mine, theirs = socket.socketpair()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", __name__, str(theirs.fileno())],
