@@ -188,6 +188,8 @@ def run(
             elif not shared:
                 assert w.switch is not None
                 written = eng.write_changes((x.name, x.start, x.positions, x.values) for x in w.switch.writes)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()  # the pause ends when the device has the writes, not when queued
             t3 = time.perf_counter()
             eng.generate(prompt, 1, first)
             t4 = time.perf_counter()

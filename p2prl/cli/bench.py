@@ -469,6 +469,7 @@ def bench_engine_update(
         typer.echo(json.dumps(r, indent=1))
         return
     ratio = r["in_place_vs_reload"]
+    reload = f"reload {r['reload_s']:.2f} s, ratio {ratio:.4f}" if ratio is not None else "no reload measured"
     typer.echo(
         f"{r['engine']} on {r['device']}{' (own copy)' if r['separate_copy'] else ''}, "
         f"{r['parameters'] / 1e6:.2f}M params, {r['versions']} versions at "
@@ -476,7 +477,7 @@ def bench_engine_update(
         f"trainer publish {r['publish_s'] * 1e3:.0f} ms; switch {r['switch_s'] * 1e3:.0f} ms "
         f"(check beside generation {r['check_s'] * 1e3:.0f} ms, generation paused {r['pause_s'] * 1e3:.1f} ms); "
         f"in place {r['in_place_s'] * 1e3:.1f} ms, "
-        f"reload {r['reload_s']:.2f} s, ratio {ratio:.4f}; engine hash = trainer's every version: "
+        f"{reload}; engine hash = trainer's every version: "
         f"{r['engine_hash_ok_every_version']}"
     )
 

@@ -52,11 +52,15 @@ SegmentChange = tuple[int, int, "np.ndarray | None", np.ndarray]  # tensor, star
 
 FINALISE_CHUNK = 1 << 20  # elements copied then hashed at a time (still in cache for the hash)
 # verify_only: segments decoded on worker threads while this one patches and hashes in order, a
-# cache-sized piece at a time (the patched bytes are hashed before they ever reach memory)
-CHECK_WORKERS = max(1, min(4, (os.cpu_count() or 1) - 1))
+# cache-sized piece at a time (the patched bytes are hashed before they ever reach memory), the hash
+# on BLAKE3's own threads where cores are left beside the workers and the generation loop (a 16-core
+# GPU host: 7 workers, 8 hashing threads, 16 MiB pieces; 2 cores: one of each, 2 MiB)
+_CPUS = os.cpu_count() or 1
+CHECK_WORKERS = max(1, min(8, _CPUS // 2 - 1))
+CHECK_HASH_THREADS = max(1, _CPUS - CHECK_WORKERS - 1)
 CHECK_INFLIGHT = 32  # segments decoded ahead of the hash at most (their positions and values only)
 CHECK_AHEAD_BYTES = 64 << 20  # and at most about this much decoded ahead (dense segments are whole spans)
-CHECK_CHUNK_BYTES = 1 << 21
+CHECK_CHUNK_BYTES = (1 << 21) * min(CHECK_HASH_THREADS, 8)  # 2 MiB of a piece per hashing thread
 
 # what decoding bytes a peer made may raise besides PatchError: the patch is malformed
 _MALFORMED = (ValueError, IndexError, KeyError, OverflowError, MemoryError, TypeError, struct.error)
@@ -153,8 +157,8 @@ class PatchApplier:
         # the result is finalised (copied, patched and hashed) in canonical order up to here
         self._cursor = (0, 0)
         self._entered = -1  # the last tensor whose hash prefix is in self._result
-        # a check hashes on one thread: BLAKE3's own threads would take the cores the decode runs on
-        self._result = blake3.blake3() if verify_only else blake3.blake3(max_threads=blake3.blake3.AUTO)
+        # a check's hash takes only the cores its decoding workers and the generation loop leave
+        self._result = blake3.blake3(max_threads=CHECK_HASH_THREADS if verify_only else blake3.blake3.AUTO)
         self._error: PatchError | None = None  # once set, every later call fails with it
         self._digest = blake3.blake3()
         self.received = 0

@@ -314,12 +314,13 @@ def _xor_in(state, record):
 @pytest.mark.parametrize("chunk", [5, 1 << 20])
 @pytest.mark.parametrize("density", [0.01, 0.6])
 @pytest.mark.parametrize("inflight", [0, 8])
-@pytest.mark.parametrize("piece_bytes", [14, 1 << 21])
-def test_verify_only_records_what_apply_writes(monkeypatch, chunk, density, inflight, piece_bytes):
+@pytest.mark.parametrize(("piece_bytes", "hash_threads"), [(14, 1), (1 << 21, 1), (14, 2)])
+def test_verify_only_records_what_apply_writes(monkeypatch, chunk, density, inflight, piece_bytes, hash_threads):
     """The check decodes each segment once on a worker (``inflight`` segments ahead of the hash at
-    most) and hashes the result in order, patched a piece of ``piece_bytes`` at a time (7 elements:
-    changes fall on both sides of each cut); it records the changed bits; XOR-ing them into the base
-    is the result; no worker thread outlives the check."""
+    most) and hashes the result in order (on one BLAKE3 thread or several: the same hash), patched a
+    piece of ``piece_bytes`` at a time (7 elements: changes fall on both sides of each cut); it
+    records the changed bits; XOR-ing them into the base is the result; no worker thread outlives
+    the check."""
     import threading
 
     import p2prl.patch.apply as apply_mod
@@ -327,6 +328,7 @@ def test_verify_only_records_what_apply_writes(monkeypatch, chunk, density, infl
     monkeypatch.setattr(apply_mod, "FINALISE_CHUNK", chunk)
     monkeypatch.setattr(apply_mod, "CHECK_INFLIGHT", inflight)
     monkeypatch.setattr(apply_mod, "CHECK_CHUNK_BYTES", piece_bytes)
+    monkeypatch.setattr(apply_mod, "CHECK_HASH_THREADS", hash_threads)
     base, new = _pair({"w": (40, 30), "b": (30,), "n": (7,), "z": (3, 3)}, torch.bfloat16, density)
     new["z"] = base["z"].clone()  # untouched
     patch = b"".join(PatchEncoder(base, new, segment_span=64).segments())
