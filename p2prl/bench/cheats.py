@@ -21,6 +21,7 @@ rate), so versions differ as they do in a network.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
@@ -148,16 +149,17 @@ def _draw(
     ]
 
 
-def _vllm_engine(model: Any, tokenizer: Any) -> Any:
-    """A vLLM miner on ``model`` (written to a temporary directory, eager, on the CPU), or why there
-    is none (not installed, or a model vLLM's CPU build cannot run: the default model's heads of 16)."""
+def _vllm_engine(model: Any, tokenizer: Any, stack: contextlib.ExitStack) -> Any:
+    """A vLLM miner on ``model`` (written to a temporary directory, eager, on the CPU; closed with
+    ``stack``), or why there is none (not installed, or a model vLLM's CPU build cannot run: the
+    default model's heads of 16)."""
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
         return "vllm is not installed"
     from p2prl.bench.proof import vllm_miner
 
-    return vllm_miner(model, tokenizer, "cpu")
+    return vllm_miner(model, tokenizer, "cpu", stack)
 
 
 def _reward(groups: list[Any]) -> float:
@@ -202,157 +204,190 @@ def run(
     configs = {"node": calibrated, "cross": base}
     drifts: dict[str, dict[str, float]] = {"node": drift}
     skipped: dict[str, str] = {}
-    vllm_miner: Any = None
-    if "vllm" in columns:
-        vllm_miner = _vllm_engine(model, setup.tokenizer)
-        if isinstance(vllm_miner, str):
-            skipped["vllm"], vllm_miner = vllm_miner, None
-        else:
-            t0 = time.perf_counter()
-            configs["vllm"], drifts["vllm"] = calibrate(
-                model, setup.tokenizer, setup.task, params, mh, base, other_engines=(lambda _bs: vllm_miner,)
-            )
-            log(f"calibrated on vLLM's reference batches in {time.perf_counter() - t0:.1f} s: {drifts['vllm']}")
-    older: Any = None  # the pinned column's miner: transformers with an AVX2 CPU's kernels
-    if "pinned" in columns:
-        from p2prl.node.weights.isa import IsaEngine
+    with contextlib.ExitStack() as engines:  # the columns' own miners close when the run ends
+        own: dict[str, Any] = {}  # a column's honest miner: vLLM's, or an AVX2 CPU's kernels
+        if "vllm" in columns:
+            on_vllm = _vllm_engine(model, setup.tokenizer, engines)
+            if isinstance(on_vllm, str):
+                skipped["vllm"] = on_vllm
+            else:
+                own["vllm"] = on_vllm
+                t0 = time.perf_counter()
+                configs["vllm"], drifts["vllm"] = calibrate(
+                    model, setup.tokenizer, setup.task, params, mh, base, other_engines=(lambda _bs: on_vllm,)
+                )
+                log(f"calibrated on vLLM's reference batches in {time.perf_counter() - t0:.1f} s: {drifts['vllm']}")
+        if "pinned" in columns:
+            from p2prl.node.weights.isa import IsaEngine
 
-        older = IsaEngine("avx2", model, setup.tokenizer)
-        t0 = time.perf_counter()
-        configs["pinned"], drifts["pinned"] = calibrate(
-            model, setup.tokenizer, setup.task, params, mh, base, other_engines=(older.sized,), more_s=math.inf
-        )
-        log(f"pinned from this CPU's and {older.capability}'s batches in {time.perf_counter() - t0:.1f} s: {drifts['pinned']}")
-    try:
+            older = IsaEngine("avx2", model, setup.tokenizer)
+            engines.callback(older.close)
+            own["pinned"] = older
+            t0 = time.perf_counter()
+            configs["pinned"], drifts["pinned"] = calibrate(
+                model, setup.tokenizer, setup.task, params, mh, base, other_engines=(older.sized,), more_s=math.inf
+            )
+            log(f"pinned from this CPU's and {older.capability}'s batches in {time.perf_counter() - t0:.1f} s: {drifts['pinned']}")
         columns = tuple(c for c in columns if c not in skipped)
         for c, why in skipped.items():
             log(f"{c}: skipped ({why})")
         n_batches = max(1, -(-rollouts // (GROUP_SIZE * GROUPS_PER_BATCH)))
-        gen_s = verify_s = 0.0
-        next_index = [0]
-
-        def indices() -> list[int]:
-            first = next_index[0]
-            next_index[0] += GROUPS_PER_BATCH
-            return list(range(first, first + GROUPS_PER_BATCH))
-
-        def honest_batch(m: Any, engine: Any = None) -> PreparedBatch:
-            from p2prl.rl.engine import HFEngine
-
-            eng = engine if engine is not None else HFEngine(m, setup.tokenizer)
-            return mine_batch(eng, setup.task, cur, mh, MINER, indices(), GROUP_SIZE, params)
-
-        def sharpened(**change: Any) -> PreparedBatch:
-            idx = indices()
-            p = dataclasses.replace(params, **change)
-            groups = _draw(setup, model, mh, idx, GROUP_SIZE, p, sample_keys(mh, MINER, idx, GROUP_SIZE))
-            return _prove(model, cur, mh, groups)
-
-        def best_of(n: int) -> PreparedBatch:
-            idx = indices()
-            draws = [
-                _draw(setup, model, mh, idx, GROUP_SIZE, dataclasses.replace(params, seed=s), None)
-                for s in range(n)
-            ]
-            return _prove(model, cur, mh, max(draws, key=_reward))
-
-        def best_samples() -> PreparedBatch:
-            idx = indices()
-            groups = _draw(
-                setup, model, mh, idx, 2 * GROUP_SIZE, params, sample_keys(mh, MINER, idx, 2 * GROUP_SIZE)
-            )
-            kept = []
-            for i, prompt, samples, rewards in groups:
-                order = sorted(range(len(samples)), key=lambda j: (-rewards[j], len(samples[j].completion_ids)))
-                top = order[:GROUP_SIZE]
-                kept.append((i, prompt, [samples[j] for j in top], [rewards[j] for j in top]))
-            return _prove(model, cur, mh, kept)
-
-        variants: dict[str, Callable[[], PreparedBatch]] = {
-            "honest": lambda: honest_batch(model),
-            "int8": lambda: honest_batch(int8_round_trip(model)),
-            "fp8": lambda: honest_batch(fp8_round_trip(model)),
-            "lowrank_1pct": lambda: honest_batch(low_rank(model, 0.01)),
-            "lowrank_3pct": lambda: honest_batch(low_rank(model, 0.03)),
-            **{f"stale_{k}": (lambda k=k: honest_batch(versions[cur - k])) for k in STALE_KS},
-            "other_model": lambda: honest_batch(setup.other),
-            "temperature_0.6": lambda: sharpened(temperature=0.6),
-            "temperature_0.8": lambda: sharpened(temperature=0.8),
-            "top_p_0.8": lambda: sharpened(top_p=0.8),
-            "greedy": lambda: sharpened(temperature=0.0),
-            **{f"best_of_{n}": (lambda n=n: best_of(n)) for n in BEST_OF},
-            "best_of_samples": best_samples,
-        }
-        attacks: dict[str, Callable[[Ctx], Outcome]] = {
-            "steer_in_margin": steer_in_margin,
-            "steer_in_budget": lambda c: steer_in_margin(c, budgeted=True),
-            "payload_unrecomputed": payload_unrecomputed,
-            "copy_front_running": lambda c: copy_front_running(c, ATTACKER),
-            "key_grinding_64": key_grinding,
-            "soft_drop": soft_drop,
-        }
+        run = _Run(setup, versions, cur, mh)
         tables: dict[str, list[dict[str, Any]]] = {}
         for column in columns:
             cfg = configs[column]
-            ctx = Ctx(setup, model, cur, mh, MINER, cfg, indices, GROUP_SIZE)
             log(f"{column}: {_tolerances(cfg)}")
-            table = tables[column] = []
-            for case in cases:
-                row: dict[str, Any] = {"case": case, "n": 0, "accepted": 0, "reasons": {}, "hard": 0, "batches": 0}
-                gains: list[float] = []
-                for _ in range(n_batches):
-                    t1 = time.perf_counter()
-                    if case in attacks:
-                        out = attacks[case](ctx)
-                    else:  # a vLLM network's honest miners run vLLM, a pinned one's an AVX2 CPU's kernels
-                        own = {"vllm": vllm_miner, "pinned": older}.get(column) if case == "honest" else None
-                        prepared = honest_batch(model, own) if own is not None else variants[case]()
-                        t2 = time.perf_counter()
-                        v = RolloutValidator.for_model(model, setup.tokenizer, setup.task, cur, mh, config=cfg)
-                        verdict = v.check(prepared.announcement, MINER, prepared.blob, cur)
-                        t3 = time.perf_counter()
-                        if case == "honest" and column == columns[0]:
-                            gen_s += t2 - t1
-                            verify_s += t3 - t2
-                        out = Outcome(
-                            prepared.batch.n_rollouts, verdict.accepted_rollouts, verdict.reasons(), verdict.hard_failure
-                        )
-                    row["batches"] += 1
-                    row["n"] += out.n
-                    row["accepted"] += out.accepted
-                    row["hard"] += int(out.hard)
-                    for r, c in out.reasons.items():
-                        row["reasons"][str(r)] = row["reasons"].get(str(r), 0) + c
-                    if out.gain is not None:
-                        gains.append(out.gain)
-                    if out.trained is not None:
-                        row["trained"] = row.get("trained", 0) + out.trained
-                    for k, x in out.extra.items():
-                        row.setdefault("extra", {})[k] = row.get("extra", {}).get(k, 0.0) + x
-                if gains:
-                    row["gain"] = float(sum(gains) / len(gains))
-                table.append(row)
-                more = "".join(f" {k}={row[k]:.3g}" for k in ("gain", "trained") if k in row)
-                log(f"  {case:20s} {row['accepted']:4d}/{row['n']:<4d} hard {row['hard']}/{row['batches']}{more} {row['reasons']}")
-        return {
-            "columns": tables,
-            "cases": tables[columns[0]],
-            "tolerances": {c: _tolerances(configs[c]) for c in columns},
-            "skipped": skipped,
-            "calibration": drift,
-            "calibrations": drifts,  # per column calibrated: what its reference batches measured
-            "calibrate_s": calibrate_s,
-            "generate_s": gen_s,
-            "verify_s": verify_s,
-            "verify_fraction": verify_s / gen_s if gen_s else 0.0,
-            "train_steps": train_steps,
-            "lr": lr,
-            "model": model_name,
-            "rollouts_per_case": n_batches * GROUP_SIZE * GROUPS_PER_BATCH,
-        }
-    finally:
-        if older is not None:
-            older.close()
+            tables[column] = [
+                run.case(case, column, cfg, own.get(column), n_batches, timed=column == columns[0], log=log)
+                for case in cases
+            ]
+    return {
+        "columns": tables,
+        "cases": tables[columns[0]],
+        "tolerances": {c: _tolerances(configs[c]) for c in columns},
+        "skipped": skipped,
+        "calibration": drift,
+        "calibrations": drifts,  # per column calibrated: what its reference batches measured
+        "calibrate_s": calibrate_s,
+        "generate_s": run.gen_s,
+        "verify_s": run.verify_s,
+        "verify_fraction": run.verify_s / run.gen_s if run.gen_s else 0.0,
+        "train_steps": train_steps,
+        "lr": lr,
+        "model": model_name,
+        "rollouts_per_case": n_batches * GROUP_SIZE * GROUPS_PER_BATCH,
+    }
+
+
+class _Run:
+    """The cases of one ``run`` on one trained model: each batch takes the next prompt indices, so no
+    two batches of a run share a prompt; honest generation and verification times add up."""
+
+    def __init__(self, setup: ModelSetup, versions: list[Any], cur: int, mh: str) -> None:
+        self.setup, self.versions, self.cur, self.mh = setup, versions, cur, mh
+        self.model = versions[cur]
+        self.gen_s = self.verify_s = 0.0
+        self._next = 0
+
+    def indices(self) -> list[int]:
+        first, self._next = self._next, self._next + GROUPS_PER_BATCH
+        return list(range(first, first + GROUPS_PER_BATCH))
+
+    def honest_batch(self, m: Any, engine: Any = None) -> PreparedBatch:
+        from p2prl.rl.engine import HFEngine
+
+        s = self.setup
+        eng = engine if engine is not None else HFEngine(m, s.tokenizer)
+        return mine_batch(eng, s.task, self.cur, self.mh, MINER, self.indices(), GROUP_SIZE, s.params)
+
+    def sharpened(self, **change: Any) -> PreparedBatch:
+        idx = self.indices()
+        p = dataclasses.replace(self.setup.params, **change)
+        keys = sample_keys(self.mh, MINER, idx, GROUP_SIZE)
+        return _prove(self.model, self.cur, self.mh, _draw(self.setup, self.model, self.mh, idx, GROUP_SIZE, p, keys))
+
+    def best_of(self, n: int) -> PreparedBatch:
+        idx = self.indices()
+        draws = [
+            _draw(self.setup, self.model, self.mh, idx, GROUP_SIZE, dataclasses.replace(self.setup.params, seed=s), None)
+            for s in range(n)
+        ]
+        return _prove(self.model, self.cur, self.mh, max(draws, key=_reward))
+
+    def best_samples(self) -> PreparedBatch:
+        idx = self.indices()
+        keys = sample_keys(self.mh, MINER, idx, 2 * GROUP_SIZE)
+        groups = _draw(self.setup, self.model, self.mh, idx, 2 * GROUP_SIZE, self.setup.params, keys)
+        kept = []
+        for i, prompt, samples, rewards in groups:
+            order = sorted(range(len(samples)), key=lambda j: (-rewards[j], len(samples[j].completion_ids)))
+            top = order[:GROUP_SIZE]
+            kept.append((i, prompt, [samples[j] for j in top], [rewards[j] for j in top]))
+        return _prove(self.model, self.cur, self.mh, kept)
+
+    def variant(self, case: str) -> PreparedBatch:
+        """A batch of a case that only changes how it is made (model, sampler, selection)."""
+        model, versions, cur = self.model, self.versions, self.cur
+        if case == "honest":
+            return self.honest_batch(model)
+        if case in ("int8", "fp8"):
+            return self.honest_batch((int8_round_trip if case == "int8" else fp8_round_trip)(model))
+        if case.startswith("lowrank_"):
+            return self.honest_batch(low_rank(model, {"lowrank_1pct": 0.01, "lowrank_3pct": 0.03}[case]))
+        if case.startswith("stale_"):
+            return self.honest_batch(versions[cur - int(case.split("_")[1])])
+        if case == "other_model":
+            return self.honest_batch(self.setup.other)
+        if case.startswith("temperature_"):
+            return self.sharpened(temperature=float(case.split("_")[1]))
+        if case == "top_p_0.8":
+            return self.sharpened(top_p=0.8)
+        if case == "greedy":
+            return self.sharpened(temperature=0.0)
+        if case == "best_of_samples":
+            return self.best_samples()
+        if case.startswith("best_of_"):
+            return self.best_of(int(case.split("_")[2]))
+        raise ValueError(f"unknown case {case!r}")
+
+    def case(
+        self,
+        case: str,
+        column: str,
+        cfg: ValidatorConfig,
+        own: Any,
+        n_batches: int,
+        timed: bool,
+        log: Callable[[str], None],
+    ) -> dict[str, Any]:
+        """``n_batches`` of ``case`` judged at ``cfg``: accepted rollouts, reasons, hard failures, and
+        an attack's gain. ``own``: the column's honest miner (vLLM, an AVX2 CPU's kernels) for the
+        honest case; ``timed``: honest generation and verification times count."""
+        s = self.setup
+        ctx = Ctx(s, self.model, self.cur, self.mh, MINER, cfg, self.indices, GROUP_SIZE)
+        row: dict[str, Any] = {"case": case, "n": 0, "accepted": 0, "reasons": {}, "hard": 0, "batches": 0}
+        gains: list[float] = []
+        for _ in range(n_batches):
+            t1 = time.perf_counter()
+            if case in ATTACKS:
+                out = ATTACKS[case](ctx)
+            else:
+                prepared = self.honest_batch(self.model, own) if case == "honest" and own is not None else self.variant(case)
+                t2 = time.perf_counter()
+                v = RolloutValidator.for_model(self.model, s.tokenizer, s.task, self.cur, self.mh, config=cfg)
+                verdict = v.check(prepared.announcement, MINER, prepared.blob, self.cur)
+                t3 = time.perf_counter()
+                if case == "honest" and timed:
+                    self.gen_s += t2 - t1
+                    self.verify_s += t3 - t2
+                out = Outcome(prepared.batch.n_rollouts, verdict.accepted_rollouts, verdict.reasons(), verdict.hard_failure)
+            row["batches"] += 1
+            row["n"] += out.n
+            row["accepted"] += out.accepted
+            row["hard"] += int(out.hard)
+            for r, c in out.reasons.items():
+                row["reasons"][str(r)] = row["reasons"].get(str(r), 0) + c
+            if out.gain is not None:
+                gains.append(out.gain)
+            if out.trained is not None:
+                row["trained"] = row.get("trained", 0) + out.trained
+            for k, x in out.extra.items():
+                row.setdefault("extra", {})[k] = row.get("extra", {}).get(k, 0.0) + x
+        if gains:
+            row["gain"] = float(sum(gains) / len(gains))
+        more = "".join(f" {k}={row[k]:.3g}" for k in ("gain", "trained") if k in row)
+        log(f"  {case:20s} {row['accepted']:4d}/{row['n']:<4d} hard {row['hard']}/{row['batches']}{more} {row['reasons']}")
+        return row
+
+
+ATTACKS: dict[str, Callable[[Ctx], Outcome]] = {
+    "steer_in_margin": steer_in_margin,
+    "steer_in_budget": lambda c: steer_in_margin(c, budgeted=True),
+    "payload_unrecomputed": payload_unrecomputed,
+    "copy_front_running": lambda c: copy_front_running(c, ATTACKER),
+    "key_grinding_64": key_grinding,
+    "soft_drop": soft_drop,
+}
 
 
 def _tolerances(cfg: ValidatorConfig) -> dict[str, float]:

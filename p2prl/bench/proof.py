@@ -6,6 +6,7 @@ forward); the dishonest miners are built from the same parts with one thing chan
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from collections.abc import Callable
@@ -510,10 +511,6 @@ def honest_acceptance(
     the miner runs an AVX2 CPU's kernels (``node.weights.isa``, its own process: threads 0) while the
     validator calibrates and judges on this CPU's, as miners and validators on two CPU generations
     meet at node defaults."""
-    import torch
-
-    from p2prl.rl.engine import HFEngine
-
     out: dict[str, Any] = {}
     for setup in setups(cache_dir, models):
         if train_steps:
@@ -525,64 +522,22 @@ def honest_acceptance(
         miner_model = copy.deepcopy(setup.model).to(miner_device)
         val_model = copy.deepcopy(setup.model).to(validator_device)
         base = ValidatorConfig(generation=generation_spec(p, groups_per_batch=8), checked_per_group=0)
-        older: Any = None  # the miner on an older CPU's kernels
-        mine: Callable[[int], Any] | None = None  # the miner's engine for a batch size (None: HFEngine's)
-        if miner_isa:
-            from p2prl.node.weights.isa import IsaEngine
-
-            older = IsaEngine(miner_isa, miner_model, setup.tokenizer)
-            mine = older.sized
-            log(f"{setup.name}: the miner runs torch's {older.capability} kernels")
-        elif engine == "vllm":
-            on_vllm = vllm_miner(miner_model, setup.tokenizer, miner_device)
-            if isinstance(on_vllm, str):
-                log(f"{setup.name}: skipped: {on_vllm}")
-                out[setup.name] = {"skipped": on_vllm, "settings": []}
+        with contextlib.ExitStack() as engines:  # the miner's engines close once its rows are done
+            mine = _miner_engines(engine, miner_isa, miner_model, setup.tokenizer, miner_device, engines, log)
+            if isinstance(mine, str):
+                log(f"{setup.name}: skipped: {mine}")
+                out[setup.name] = {"skipped": mine, "settings": []}
                 continue
-            mine = lambda _bs, e=on_vllm: e  # noqa: E731  (vLLM batches by itself)
-        cfg, drift = calibrate(val_model, setup.tokenizer, setup.task, p, mh, base)
-        tol = {k: getattr(cfg, k) for k in TOLERANCES}
-        log(f"{setup.name}: calibrated {tol} from honest drift {drift}")
-        rows = []
-        if miner_isa:  # its own process: this one's thread count is not the miner's
-            settings = [(b, 0) for b in batch_sizes]
-        else:
-            settings = [(0, 0)] if mine is not None else [(b, t) for b in batch_sizes for t in threads]
-        for bs, th in settings:
-            v = RolloutValidator.for_model(val_model, setup.tokenizer, setup.task, 5, mh, config=cfg)
-            row = {"batch_size": bs, "threads": th, "n": 0, "accepted": 0, "reasons": {}}
-            worst = {
-                "fingerprint_err_max": 0.0,
-                "fingerprint_err_quantile": 0.0,
-                "logprob_err_max": 0.0,
-                "sampling_misses": 0,
-                "sampling_dist_max": 0.0,
-            }
-            t0, b = time.perf_counter(), 0
-            while row["n"] < n_rollouts:
-                idx = list(range(8 * b, 8 * b + 8))
-                saved = torch.get_num_threads()
-                if th:
-                    torch.set_num_threads(th)  # the miner's threads; the validator keeps the default
-                try:
-                    eng = mine(bs) if mine is not None else HFEngine(miner_model, setup.tokenizer, max_batch=bs)
-                    pb = mine_batch(eng, setup.task, 5, mh, MINER_A, idx, GROUP_SIZE, replace(p, seed=b))
-                finally:
-                    if th:
-                        torch.set_num_threads(saved)
-                verdict = v.check(pb.announcement, MINER_A, pb.blob, 5)
-                row["n"] += pb.batch.n_rollouts
-                row["accepted"] += verdict.accepted_rollouts
-                for r, c in verdict.reasons().items():
-                    row["reasons"][r] = row["reasons"].get(r, 0) + c
-                for k in worst:
-                    worst[k] = max(worst[k], getattr(verdict.stats, k))
-                b += 1
-            row.update(worst, seconds=time.perf_counter() - t0)
-            log(f"  {setup.name:5s} batch {bs:2d} threads {th}: {row['accepted']}/{row['n']} {row}")
-            rows.append(row)
-        if older is not None:
-            older.close()
+            cfg, drift = calibrate(val_model, setup.tokenizer, setup.task, p, mh, base)
+            tol = {k: getattr(cfg, k) for k in TOLERANCES}
+            log(f"{setup.name}: calibrated {tol} from honest drift {drift}")
+            if miner_isa:  # its own process: this one's thread count is not the miner's
+                settings = [(b, 0) for b in batch_sizes]
+            else:
+                settings = [(0, 0)] if mine is not None else [(b, t) for b in batch_sizes for t in threads]
+            rows = [
+                _judged_row(setup, mh, mine, miner_model, val_model, cfg, bs, th, n_rollouts, log) for bs, th in settings
+            ]
         out[setup.name] = {
             "tolerances": tol,
             "calibration_drift": drift,
@@ -605,17 +560,102 @@ def miner_isas() -> tuple[str, ...]:
     return tuple(ISA_ENV)
 
 
-def vllm_miner(model: Any, tokenizer: Any, device: str) -> Any:
-    """A vLLM miner on ``model`` (written to a temporary directory), or why vLLM cannot run it."""
+def _miner_engines(
+    engine: str,
+    miner_isa: str,
+    model: Any,
+    tokenizer: Any,
+    device: str,
+    stack: contextlib.ExitStack,
+    log: Callable[[str], None],
+) -> Callable[[int], Any] | str | None:
+    """The honest miner's engine for a batch size: an older CPU's kernels (``miner_isa``), vLLM
+    (batches by itself), or None for transformers' own at each size; a string says why it cannot run.
+    What it starts is closed with ``stack``."""
+    if miner_isa:
+        from p2prl.node.weights.isa import IsaEngine
+
+        older = IsaEngine(miner_isa, model, tokenizer)
+        stack.callback(older.close)
+        log(f"the miner runs torch's {older.capability} kernels")
+        return older.sized
+    if engine == "vllm":
+        on_vllm = vllm_miner(model, tokenizer, device, stack)
+        if isinstance(on_vllm, str):
+            return on_vllm
+        return lambda _bs: on_vllm
+    return None
+
+
+def _judged_row(
+    setup: ModelSetup,
+    mh: str,
+    mine: Callable[[int], Any] | None,
+    miner_model: Any,
+    val_model: Any,
+    cfg: ValidatorConfig,
+    bs: int,
+    th: int,
+    n_rollouts: int,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """One setting of ``bench honest``: batches mined at engine batch ``bs`` on ``th`` threads (0: the
+    default) until ``n_rollouts``, each judged with every rollout recomputed; the largest honest errors."""
+    import torch
+
+    from p2prl.rl.engine import HFEngine
+
+    p = setup.params
+    v = RolloutValidator.for_model(val_model, setup.tokenizer, setup.task, 5, mh, config=cfg)
+    row: dict[str, Any] = {"batch_size": bs, "threads": th, "n": 0, "accepted": 0, "reasons": {}}
+    worst = {
+        "fingerprint_err_max": 0.0,
+        "fingerprint_err_quantile": 0.0,
+        "logprob_err_max": 0.0,
+        "sampling_misses": 0,
+        "sampling_dist_max": 0.0,
+    }
+    t0, b = time.perf_counter(), 0
+    while row["n"] < n_rollouts:
+        idx = list(range(8 * b, 8 * b + 8))
+        saved = torch.get_num_threads()
+        if th:
+            torch.set_num_threads(th)  # the miner's threads; the validator keeps the default
+        try:
+            eng = mine(bs) if mine is not None else HFEngine(miner_model, setup.tokenizer, max_batch=bs)
+            pb = mine_batch(eng, setup.task, 5, mh, MINER_A, idx, GROUP_SIZE, replace(p, seed=b))
+        finally:
+            if th:
+                torch.set_num_threads(saved)
+        verdict = v.check(pb.announcement, MINER_A, pb.blob, 5)
+        row["n"] += pb.batch.n_rollouts
+        row["accepted"] += verdict.accepted_rollouts
+        for r, c in verdict.reasons().items():
+            row["reasons"][r] = row["reasons"].get(r, 0) + c
+        for k in worst:
+            worst[k] = max(worst[k], getattr(verdict.stats, k))
+        b += 1
+    row.update(worst, seconds=time.perf_counter() - t0)
+    log(f"  {setup.name:5s} batch {bs:2d} threads {th}: {row['accepted']}/{row['n']} {row}")
+    return row
+
+
+def vllm_miner(model: Any, tokenizer: Any, device: str, stack: contextlib.ExitStack) -> Any:
+    """A vLLM miner on ``model`` (written to a temporary directory), or why vLLM cannot run it; the
+    engine is closed and the directory removed when ``stack`` closes."""
+    import shutil
     import tempfile
 
     from p2prl.node.weights.engine import VLLMMinerEngine
     from p2prl.rl import open_vllm, vllm_unsupported
 
     d = Path(tempfile.mkdtemp(prefix="p2prl-honest-vllm-"))
+    stack.callback(shutil.rmtree, d, True)
     model.save_pretrained(str(d))
     why = vllm_unsupported(d, device)
     if why is not None:
         return why
     inner = open_vllm(d, tokenizer, device, enforce_eager=not device.startswith("cuda"))
-    return VLLMMinerEngine(inner, model)
+    engine = VLLMMinerEngine(inner, model)
+    stack.callback(engine.close)
+    return engine
