@@ -69,10 +69,11 @@ class Sizes:
     versions: int
     reloads: int
     big_switch_densities: tuple[float, ...]  # the 0.5B-shaped switch: fractions changed per version
+    big_switch_lrs: tuple[float, ...]  # and versions from a real GRPO learner at these learning rates
 
 
-FULL = Sizes(("tiny", "big"), 512, 50, 0, 128, 32, 10, 2, (0.013, 0.5))
-QUICK = Sizes(("tiny",), 16, 0, 1, 8, 1, 2, 1, (0.013,))
+FULL = Sizes(("tiny", "big"), 512, 50, 0, 128, 32, 10, 2, (0.013, 0.5), (1e-6, 1e-5))
+QUICK = Sizes(("tiny",), 16, 0, 1, 8, 1, 2, 1, (0.013,), (1e-5,))
 
 
 def missing_packages() -> list[str]:
@@ -241,8 +242,9 @@ def check_switch(cache: Path, device: str, engine: str, sizes: Sizes) -> Row:
 def check_big_switch(cache: Path, device: str, sizes: Sizes) -> Row:
     """The transformers engine at Qwen2.5-0.5B's shape (362M as a Qwen3), each version changing a
     seeded fraction of the bf16 elements (0.013: what an AdamW step at lr 1e-6 changes; 0.5: near
-    dense, as at lr 1e-5); the node's copy on the CPU, the engine's own on ``device`` written with the
-    changed elements only. The trainer's publish is timed beside it."""
+    dense), then a real GRPO learner's versions at each of ``big_switch_lrs`` (1.5% and 15% changed);
+    the node's copy on the CPU, the engine's own on ``device`` written with the changed elements only.
+    The trainer's publish is timed beside it."""
     from p2prl.bench.engine_update import run
     from p2prl.rl import QWEN25_05B
 
@@ -254,14 +256,16 @@ def check_big_switch(cache: Path, device: str, sizes: Sizes) -> Row:
     model = _model_dir(cache, f"engine-update-qwen3-05b-{sizes.shape_layers or 'full'}", shape)
     rec: dict[str, Any] = {}
     parts, ok = [], True
-    for density in sizes.big_switch_densities:
-        r = run("hf", model, versions=3, device=device, reloads=1, density=density, separate=True)
+    runs = [(f"{d:.1%} changed", str(d), {"density": d}) for d in sizes.big_switch_densities]
+    runs += [(f"lr {lr:g}", f"lr{lr:g}", {"lr": lr}) for lr in sizes.big_switch_lrs]
+    for label, key, how in runs:
+        r = run("hf", model, versions=3, device=device, reloads=1, separate=True, **how)
         rows = r.pop("per_version")
         r["written_mb"] = [x["written_bytes"] / 1e6 for x in rows]
-        rec[str(density)] = r
+        rec[key] = r
         ok = ok and bool(r["engine_hash_ok_every_version"])
         parts.append(
-            f"{density:.1%} changed: switch {r['switch_s'] * 1e3:.0f} ms (check {r['check_s'] * 1e3:.0f} ms beside "
+            f"{label} ({r['written_fraction']:.1%}): switch {r['switch_s'] * 1e3:.0f} ms (check {r['check_s'] * 1e3:.0f} ms beside "
             f"generation; pause {r['pause_s'] * 1e3:.0f} ms, of it engine write {r['engine_write_s'] * 1e3:.0f} ms "
             f"of {statistics.median(r['written_mb']):.0f} MB) vs fresh {r['reload_s']:.2f} s, "
             f"publish {r['publish_s']:.2f} s"
