@@ -232,13 +232,13 @@ def run(
         for c, why in skipped.items():
             log(f"{c}: skipped ({why})")
         n_batches = max(1, -(-rollouts // (GROUP_SIZE * GROUPS_PER_BATCH)))
-        run = _Run(setup, versions, cur, mh)
+        trial = _Run(setup, versions, cur, mh)
         tables: dict[str, list[dict[str, Any]]] = {}
         for column in columns:
             cfg = configs[column]
             log(f"{column}: {_tolerances(cfg)}")
             tables[column] = [
-                run.case(case, column, cfg, own.get(column), n_batches, timed=column == columns[0], log=log)
+                trial.case(case, cfg, own.get(column), n_batches, timed=column == columns[0], log=log)
                 for case in cases
             ]
     return {
@@ -249,9 +249,9 @@ def run(
         "calibration": drift,
         "calibrations": drifts,  # per column calibrated: what its reference batches measured
         "calibrate_s": calibrate_s,
-        "generate_s": run.gen_s,
-        "verify_s": run.verify_s,
-        "verify_fraction": run.verify_s / run.gen_s if run.gen_s else 0.0,
+        "generate_s": trial.gen_s,
+        "verify_s": trial.verify_s,
+        "verify_fraction": trial.verify_s / trial.gen_s if trial.gen_s else 0.0,
         "train_steps": train_steps,
         "lr": lr,
         "model": model_name,
@@ -333,7 +333,6 @@ class _Run:
     def case(
         self,
         case: str,
-        column: str,
         cfg: ValidatorConfig,
         own: Any,
         n_batches: int,
