@@ -523,7 +523,9 @@ def honest_acceptance(
         val_model = copy.deepcopy(setup.model).to(validator_device)
         base = ValidatorConfig(generation=generation_spec(p, groups_per_batch=8), checked_per_group=0)
         with contextlib.ExitStack() as engines:  # the miner's engines close once its rows are done
-            mine = _miner_engines(engine, miner_isa, miner_model, setup.tokenizer, miner_device, engines, log)
+            mine = _miner_engines(
+                engine, miner_isa, miner_model, setup.tokenizer, miner_device, engines, lambda m, name=setup.name: log(f"{name}: {m}")
+            )
             if isinstance(mine, str):
                 log(f"{setup.name}: skipped: {mine}")
                 out[setup.name] = {"skipped": mine, "settings": []}
