@@ -7,6 +7,7 @@ at, with each port, and says which ones accepted. A NATed node's router has no m
 listen port, so the dial fails and the node advertises nothing it cannot keep; a public node (or
 one with a forwarded port) learns its public address. The helper can only be made to dial the
 asker's own observed address, a few ports, once per ``PER_PEER_S``: no reflection, no scanning.
+A request over a relayed connection is refused: the address observed there is the relay's.
 
     request   n u8 (≤ MAX_PORTS) | n × port u16
     response  ip length u8 | observed ip (ascii) | n u8 | n × ok u8
@@ -23,6 +24,7 @@ from typing import Any
 import trio
 
 from p2prl.net import chunkproto as cp
+from p2prl.net.conns import is_relayed
 
 log = logging.getLogger(__name__)
 PROTOCOL_ID = "/p2prl/dialback/1.0.0"
@@ -67,6 +69,10 @@ class DialBackServer:
                     pass
 
     async def _handle(self, stream: Any) -> None:
+        if is_relayed(stream.muxed_conn):  # the observed address would be the relay's, not the asker's
+            self.counters.add("dialback.refused_relayed")
+            await stream.reset()
+            return
         peer = stream.muxed_conn.peer_id.to_base58()
         now = time.monotonic()
         if now - self._last.get(peer, -1e9) < PER_PEER_S or self._active >= MAX_CONCURRENT:

@@ -506,7 +506,9 @@ class P2PNode:
     async def _reachability_loop(self) -> None:
         tried: set[str] = set()
         while True:
-            peers = sorted(p for p in self._connected_ids() - tried if p not in self._banned)
+            # only a direct connection shows a helper our address: over a relayed one it would
+            # dial the relay's, and a public node would take itself for one behind a NAT
+            peers = sorted(p for p in direct_peers(self._host) - tried if p not in self._banned)
             if not peers:
                 tried.clear()
                 await trio.sleep(2.0)

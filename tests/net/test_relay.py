@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from p2prl.net import chunkproto as cp
+from p2prl.net import dialback
 from p2prl.net.config import NetConfig, RelayBounds
 from p2prl.net.node import P2PNode
 from p2prl.protocol.blobs import MIN_CHUNK_SIZE, blob_ref_for
@@ -64,6 +65,36 @@ def test_no_chunks_over_a_relayed_connection(make_node: Callable[..., P2PNode]) 
     assert b.stats().get("bytes_up", 0) == 0
     carried = r.relay_stats()["carried"]
     assert carried[a.peer_id] == carried[b.peer_id] > 0  # the relay counts what it carried for whom
+
+
+async def _ask_dial_back(a: P2PNode, peer: str, ports: list[int]) -> bytes:
+    from libp2p.peer.id import ID
+
+    stream = None
+    try:
+        stream = await a._host.new_stream(ID.from_base58(peer), [dialback.PROTOCOL_ID])
+        await stream.write(dialback.encode_request(ports))
+        return await stream.read(64)
+    except Exception as e:  # refused: the stream is reset
+        return repr(e).encode()
+    finally:
+        if stream is not None:
+            await stream.close()
+
+
+def test_no_dial_back_over_a_relayed_connection(make_node: Callable[..., P2PNode]) -> None:
+    """Over a relay the helper observes the relay's address: a public node that asked there would be
+    told its port is closed and take itself for NATed (it then advertised only relayed addresses)."""
+    r, a, b = _relayed_pair(make_node, RelayBounds())
+    a.connect(f"{r.addrs[0]}/p2p-circuit/p2p/{b.peer_id}")
+    assert a.connections()[b.peer_id] == [True]
+    port = int(a.addrs[0].split("/tcp/")[1].split("/")[0])
+    out = a._call(_ask_dial_back, a, b.peer_id, [port])
+    assert not out.startswith(b"\x09"), out  # no answer naming an observed ip
+    assert b.stats().get("dialback.refused_relayed") == 1
+    assert b.stats().get("dialback.answered", 0) == 0
+    assert _wait(lambda: a.reachable is not None, 15)
+    assert a.reachable is True  # asked the relay, its one direct peer
 
 
 def test_relay_stops_past_a_peers_byte_budget(make_node: Callable[..., P2PNode]) -> None:
