@@ -26,6 +26,25 @@ CAL_MINER = b"\xca" * 32
 # margin is a maximum over at least this many checked tokens, mined for at most MORE_S seconds more
 MIN_TOKENS = 8192
 MORE_S = 30.0
+# a per-rollout bound is reached by one honest rollout in this many (the tail fitted beyond the top decile)
+TAIL_RARITY = 1e7
+
+
+def tail_level(x: Sequence[float], rarity: float = TAIL_RARITY, top: float = 0.1, min_n: int = 40) -> float:
+    """The level one honest value in ``rarity`` exceeds, from an exponential tail fitted to the
+    values beyond the sample's top ``top`` share (peaks over a threshold: with ``k`` values above ``u``
+    and mean excess ``σ``, P(X > u + t) = k/n · e^(-t/σ); σ at two standard errors above its estimate).
+    A per-rollout maximum (a rollout's largest
+    logprob error, its rms fingerprint error over 24 positions) is long-tailed: the largest of a few
+    hundred calibration rollouts says little about the largest of 10⁶. 0 below ``min_n`` values."""
+    v = np.sort(np.asarray(x, dtype=np.float64))
+    n = len(v)
+    if n < min_n:
+        return 0.0
+    k = max(10, int(n * top))
+    u = float(v[n - k - 1])
+    sigma = float(np.mean(v[n - k :] - u)) * (1.0 + 2.0 / math.sqrt(k))  # its upper bound: k values estimate it
+    return u + sigma * math.log(k * rarity / n)
 
 
 def rung_rates(d: np.ndarray, margin: float, rungs: tuple[float, ...], factor: float) -> tuple[float, ...]:
@@ -64,12 +83,17 @@ def calibrate(
 ) -> tuple[ValidatorConfig, dict[str, float]]:
     """``base`` with fingerprint and logprob tolerances set from honest drift; returns the measurement.
 
-    The rms errors (fingerprint, mean logprob) average hundreds of values per rollout and vary little
-    from one rollout to the next, so ``factor`` times the worst of a few dozen rollouts bounds them.
-    The largest per-token logprob error of a rollout is a maximum: over the ~10⁵ tokens of a long run
-    its tail reaches twice the largest of these few thousand tokens (measured: 0.318 honest against
-    0.397 at factor 2 on the 24M model), hence ``max_factor``. A lie the looser bound lets through is
-    bounded by the trainer anyway (``GRPOConfig.max_logprob_gap``, dual clipping).
+    The batch's fingerprint quantile and the mean logprob error average hundreds of values and vary
+    little from one batch to the next, so ``factor`` times the worst of a few batches bounds them.
+    The per-rollout bounds (a rollout's rms fingerprint error, its largest per-token logprob error)
+    are maxima over one rollout: the largest of a few hundred calibration rollouts says little about
+    a long run's (measured: 0.318 honest against 0.397 at factor 2 on the 24M model; on SmolLM2-135M
+    5,120 honest rollouts reached a fingerprint rms of 0.048 and a logprob error of 0.52 against
+    0.051 and 0.57 from ``factor`` and ``max_factor`` times calibration's worst), so each is also at
+    least the level one honest rollout in ``TAIL_RARITY`` reaches by the tail fitted to calibration's
+    rollouts (``tail_level``). A lie the looser logprob bound lets through is bounded by the trainer
+    anyway (``GRPOConfig.max_logprob_gap``, dual clipping); a cheaper model's states are caught by the
+    batch's fingerprint quantile.
 
     The sampling check's margin is the farthest an honest token's uniform lay outside its interval
     (the engine's logits against the full forward's), a long-tailed maximum, times ``max_factor``,
@@ -111,8 +135,10 @@ def calibrate(
         generation=dataclasses.replace(gen, group_size=group_size, groups_per_batch=n_prompts),
     )
     worst = {"fp_quantile": 0.0, "fp_rollout": 0.0, "lp_max": 0.0, "sampling_misses": 0.0, "sampling_dist": 0.0}
+    worst |= {"fp_rollout_tail": 0.0, "lp_max_tail": 0.0}
     factories = [lambda bs: HFEngine(model, tokenizer, max_batch=bs), *other_engines]
     dists: list[list[np.ndarray]] = [[] for _ in factories]  # per engine
+    per_rollout: list[tuple[list[float], list[float]]] = [([], []) for _ in factories]  # fp, lp max
     counted = [0] * len(factories)
     tokens = 0  # the fewest any engine has had checked
 
@@ -122,9 +148,9 @@ def calibrate(
         return dataclasses.replace(
             base,
             fingerprint_tol=max(fp_floor, factor * worst["fp_quantile"]),
-            fingerprint_tol_rollout=max(fp_rollout_floor, factor * worst["fp_rollout"]),
+            fingerprint_tol_rollout=max(fp_rollout_floor, factor * worst["fp_rollout"], worst["fp_rollout_tail"]),
             logprob_tol_mean=max(lp_floor, factor * worst["lp_max"] / 2),
-            logprob_tol_max=max(lp_max_floor, max_factor * worst["lp_max"]),
+            logprob_tol_max=max(lp_max_floor, max_factor * worst["lp_max"], worst["lp_max_tail"]),
             sampling_margin=margin,
             sampling_rung_rates=tuple(max(r) for r in zip(*rates, strict=True)),
         )
@@ -171,6 +197,11 @@ def calibrate(
             worst["sampling_misses"] = max(worst["sampling_misses"], s.sampling_misses)
             worst["sampling_dist"] = max(worst["sampling_dist"], s.sampling_dist_max)
             counted[e] += s.sampling_tokens
+            fps, lps = per_rollout[e]
+            fps += s.rollout_fp
+            lps += s.rollout_lp_max
+            worst["fp_rollout_tail"] = max(worst["fp_rollout_tail"], tail_level(fps))
+            worst["lp_max_tail"] = max(worst["lp_max_tail"], tail_level(lps))
             if s.sampling_dists is not None:
                 dists[e].append(s.sampling_dists)
         tokens = min(counted)

@@ -201,6 +201,9 @@ class CheckStats:
     rollouts_float32: int = 0  # of them, computed again in float32 because they looked off in bf16
     # every checked token's distance, for calibration (not reported)
     sampling_dists: np.ndarray | None = field(default=None, repr=False, metadata={"report": False})
+    # each recomputed rollout's rms fingerprint error and largest logprob error, for calibration's tails
+    rollout_fp: list[float] = field(default_factory=list, repr=False, metadata={"report": False})
+    rollout_lp_max: list[float] = field(default_factory=list, repr=False, metadata={"report": False})
 
     def add_rollout(self, res: dict[str, float]) -> None:
         """Fold in one recomputed rollout's statistics (``recompute.iter_rollout_stats``)."""
@@ -209,6 +212,8 @@ class CheckStats:
         self.fingerprint_err_max = max(self.fingerprint_err_max, res["fp_rollout"])
         self.logprob_err_max = max(self.logprob_err_max, res["lp_max"])
         self.distribution_logp_min = min(self.distribution_logp_min, res["dist_logp"])
+        self.rollout_fp.append(float(res["fp_rollout"]))
+        self.rollout_lp_max.append(float(res["lp_max"]))
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: float(getattr(self, f.name)) for f in fields(self) if f.metadata.get("report", True)}

@@ -153,3 +153,21 @@ def test_a_calibrated_validator_never_goes_below_the_pinned_tolerances(world: Wo
     assert out.sampling_margin == 0.03 and out.fingerprint_tol == 0.02
     assert out.sampling_rung_rates == (0.002, 0.01, 0.2, 0.3)
     assert out.logprob_tol_max == max(cfg.logprob_tol_max, floor.logprob_tol_max)
+
+
+def test_a_per_rollout_bound_holds_a_long_runs_tail_not_twice_a_small_samples_maximum() -> None:
+    """A rollout's rms fingerprint error and largest logprob error are long-tailed maxima: twice the
+    largest of a calibration's ~400 rollouts is crossed in a long run, the fitted tail's level is not."""
+    import numpy as np
+
+    from p2prl.proof.calibrate import tail_level
+
+    rng = np.random.default_rng(31)
+    for draw in (lambda n: rng.exponential(0.01, n), lambda n: rng.gamma(2.0, 0.006, n)):
+        calibration, run = draw(400), draw(1_000_000)
+        assert 2 * calibration.max() < run.max()  # factor × worst would reject honest rollouts
+        assert tail_level(calibration) > run.max()  # the level of one in 10⁷ holds 10⁶
+    assert tail_level(np.zeros(400)) == 0.0  # exact engines: the floors decide
+    assert tail_level(rng.exponential(1.0, 39)) == 0.0  # too few to fit
+    many = rng.exponential(1.0, 200_000)
+    assert abs(tail_level(many, rarity=1e4) - np.log(1e4)) < 0.5  # P(X > x) = e^-x
