@@ -94,15 +94,15 @@ def test_the_first_tolerances_are_handed_over_before_more_tokens_are_mined(world
         world.config,
         n_prompts=2,
         group_size=4,
-        min_tokens=4000,
-        more_s=60.0,
+        min_tokens=1500,
+        more_s=900.0,  # the token count ends it, not the clock: a loaded machine mines as many
         early=got.append,
     )
     if worst["fp_quantile"] or worst["sampling_dist"]:
-        assert len(got) == 1 and worst["sampling_tokens"] >= 4000
+        assert len(got) == 1 and worst["sampling_tokens"] >= 1500
         assert got[0].fingerprint_tol <= cfg.fingerprint_tol and got[0].sampling_margin <= cfg.sampling_margin
     else:
-        assert got == [] and worst["sampling_tokens"] < 4000
+        assert got == [] and worst["sampling_tokens"] < 1500
 
 
 def test_tolerances_pinned_in_the_genesis_are_what_a_validator_judges_with(world: World) -> None:
