@@ -34,9 +34,9 @@ def tail_level(x: Sequence[float], rarity: float = TAIL_RARITY, top: float = 0.1
     """The level one honest value in ``rarity`` exceeds, from an exponential tail fitted to the
     values beyond the sample's top ``top`` share (peaks over a threshold: with ``k`` values above ``u``
     and mean excess ``σ``, P(X > u + t) = k/n · e^(-t/σ); σ at two standard errors above its estimate).
-    A per-rollout maximum (a rollout's largest
-    logprob error, its rms fingerprint error over 24 positions) is long-tailed: the largest of a few
-    hundred calibration rollouts says little about the largest of 10⁶. 0 below ``min_n`` values."""
+    A per-rollout maximum (a rollout's largest logprob error, its rms fingerprint error over 24
+    positions) is long-tailed: the largest of a few hundred calibration rollouts says little about
+    the largest of 10⁶. 0 below ``min_n`` values."""
     v = np.sort(np.asarray(x, dtype=np.float64))
     n = len(v)
     if n < min_n:
@@ -94,9 +94,9 @@ def calibrate(
     rollouts (``tail_level``). That fit holds a tail like an exponential's (a rollout's largest
     logprob error: 0.59 there); a rollout's rms on that model is a mixture (a rare position rounded
     the other way lifts a short rollout's rms) whose tail ~370 rollouts do not show: the fit said
-    0.046, under the 0.048 seen, and the bound stayed twice the worst. A lie the looser logprob bound lets through is bounded by the trainer
-    anyway (``GRPOConfig.max_logprob_gap``, dual clipping); a cheaper model's states are caught by the
-    batch's fingerprint quantile.
+    0.046, under the 0.048 seen, and the bound stayed twice the worst. A lie the looser logprob bound
+    lets through is bounded by the trainer anyway (``GRPOConfig.max_logprob_gap``, dual clipping); a
+    cheaper model's states are caught by the batch's fingerprint quantile.
 
     The sampling check's margin is the farthest an honest token's uniform lay outside its interval
     (the engine's logits against the full forward's), a long-tailed maximum, times ``max_factor``,

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from dialbackkit import ask_raw
 
 from p2prl.net import dialback
 from p2prl.net.node import P2PNode
@@ -18,21 +19,6 @@ def _wait(cond: Callable[[], bool], timeout: float) -> bool:
     while not cond() and time.monotonic() < deadline:
         time.sleep(0.1)
     return cond()
-
-
-async def _ask(node: P2PNode, peer: str, payload: bytes) -> bytes:
-    from libp2p.peer.id import ID
-
-    stream = None
-    try:
-        stream = await node._host.new_stream(ID.from_base58(peer), [dialback.PROTOCOL_ID])
-        await stream.write(payload)
-        return await stream.read(1024)
-    except Exception as e:  # a refused request is reset, even before negotiation completes
-        return repr(e).encode()
-    finally:
-        if stream is not None:
-            await stream.close()
 
 
 def test_reachable_node_is_confirmed(make_node: Callable[..., P2PNode]) -> None:
@@ -49,14 +35,14 @@ def test_helper_is_bounded_and_survives_garbage(make_node: Callable[..., P2PNode
     asker.connect(helper.addrs[0])
     assert _wait(lambda: asker.reachable is not None, 15)  # the node's own check used its turn
     # a second request inside PER_PEER_S is refused (reset): a peer cannot make us dial on demand
-    out = asker._call(_ask, asker, helper.peer_id, dialback.encode_request([1]))
+    out = asker._call(ask_raw, asker, helper.peer_id, dialback.encode_request([1]))
     assert not out.startswith(b"\x09127.0.0.1"), out
     assert helper.stats().get("dialback.refused", 0) >= 1
     # garbage (200 ports announced) from a peer with its turn still unused: closed, nothing dialed
     rogue = make_node("rogue")
     answered = helper.stats().get("dialback.answered", 0)
     rogue.connect(helper.addrs[0])
-    out = rogue._call(_ask, rogue, helper.peer_id, struct.pack(">B", 200) + bytes(400))
+    out = rogue._call(ask_raw, rogue, helper.peer_id, struct.pack(">B", 200) + bytes(400))
     assert not out.startswith(b"\x09"), out
     # the helper still answers others
     late = make_node("late")

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from dialbackkit import ask_raw
 
 from p2prl.net import chunkproto as cp
 from p2prl.net import dialback
@@ -67,21 +68,6 @@ def test_no_chunks_over_a_relayed_connection(make_node: Callable[..., P2PNode]) 
     assert carried[a.peer_id] == carried[b.peer_id] > 0  # the relay counts what it carried for whom
 
 
-async def _ask_dial_back(a: P2PNode, peer: str, ports: list[int]) -> bytes:
-    from libp2p.peer.id import ID
-
-    stream = None
-    try:
-        stream = await a._host.new_stream(ID.from_base58(peer), [dialback.PROTOCOL_ID])
-        await stream.write(dialback.encode_request(ports))
-        return await stream.read(64)
-    except Exception as e:  # refused: the stream is reset
-        return repr(e).encode()
-    finally:
-        if stream is not None:
-            await stream.close()
-
-
 def test_no_dial_back_over_a_relayed_connection(make_node: Callable[..., P2PNode]) -> None:
     """Over a relay the helper observes the relay's address: a public node that asked there would be
     told its port is closed and take itself for NATed (it then advertised only relayed addresses)."""
@@ -89,7 +75,7 @@ def test_no_dial_back_over_a_relayed_connection(make_node: Callable[..., P2PNode
     a.connect(f"{r.addrs[0]}/p2p-circuit/p2p/{b.peer_id}")
     assert a.connections()[b.peer_id] == [True]
     port = int(a.addrs[0].split("/tcp/")[1].split("/")[0])
-    out = a._call(_ask_dial_back, a, b.peer_id, [port])
+    out = a._call(ask_raw, a, b.peer_id, dialback.encode_request([port]))
     assert not out.startswith(b"\x09"), out  # no answer naming an observed ip
     assert b.stats().get("dialback.refused_relayed") == 1
     assert b.stats().get("dialback.answered", 0) == 0
