@@ -108,8 +108,11 @@ def run(
     tokens: int = 16,
     separate: bool = False,
     density: float = 0.0,
+    hash_first: bool = False,
 ) -> dict[str, Any]:
-    """``separate``: an HF engine that does not share the live tensors (as on CUDA) on any device.
+    """As a miner switches: the signed patch decoded beside generation, the swap, the result hashed
+    beside generation after it (``confirm``; ``hash_first``: hashed before the swap, as a validator
+    does). ``separate``: an HF engine that does not share the live tensors (as on CUDA) on any device.
     ``density`` > 0: no GRPO learner; each version moves that fraction of the bf16 elements by one
     to three ulps (seeded), as a trainer step at a small learning rate does (lr 1e-6 on a 0.5B
     shape changes 1.3%: docs/BENCHMARKS.md), for machines where the fp32 step itself is too slow."""
@@ -166,7 +169,7 @@ def run(
 
             def check(plan: Any = plan, box: dict[str, Any] = box) -> None:
                 t = time.perf_counter()
-                box["prepared"] = live.prepare(plan, store.get)
+                box["prepared"] = live.prepare(plan, store.get, deferred=not hash_first)
                 box["s"] = time.perf_counter() - t
 
             th = threading.Thread(target=check)
@@ -178,7 +181,9 @@ def run(
                 generated += 1
             th.join()
             t1 = time.perf_counter()
-            w = live.advance(plan, store.get, box["prepared"])  # the swap: only this pauses generation
+            # the swap: only this pauses generation (an engine with its own copy takes the values; the
+            # live copy is then written by confirm, as ModelHost does)
+            w = live.advance(plan, store.get, box["prepared"], write_later=hf is not None and not shared)
             t2 = time.perf_counter()
             written = 0
             if hf is None:
@@ -193,6 +198,21 @@ def run(
             t3 = time.perf_counter()
             eng.generate(prompt, 1, first)
             t4 = time.perf_counter()
+            # the result hashed beside generation (nothing made with the version leaves before)
+            confirm_s, confirmed = 0.0, True
+            if live.unconfirmed is not None:
+                done: dict[str, Any] = {}
+
+                def confirm(done: dict[str, Any] = done, t3: float = t3) -> None:
+                    done["ok"] = live.confirm()
+                    done["s"] = time.perf_counter() - t3
+
+                th = threading.Thread(target=confirm)
+                th.start()
+                while th.is_alive():
+                    eng.generate(prompt, 1, gen)
+                th.join()
+                confirm_s, confirmed = done["s"], bool(done["ok"])
             rss1 = _rss()
             held = weights_hash(eng.read_state(state)) if engine == "vllm" else weights_hash(unique_state(hf))
             check_s = box["s"]
@@ -207,11 +227,13 @@ def run(
                     "pause_s": t3 - t1,
                     "switch_s": check_s + (t3 - t1),
                     "in_place_s": check_s + (t4 - t1),
+                    "confirm_s": confirm_s,
+                    "verified_s": check_s + (t3 - t1) + confirm_s,
                     "overlap_wall_s": t1 - t0,
                     "elements_written": w.switch.elements if w.switch else None,
                     "written_bytes": written,
                     "extra_bytes": rss1 - rss0,
-                    "engine_hash_ok": held == pv.result_hash == live.hash,
+                    "engine_hash_ok": confirmed and held == pv.result_hash == live.hash,
                 }
             )
         reload_rows = []
@@ -235,7 +257,7 @@ def run(
         in_place = statistics.median(r["in_place_s"] for r in rows)
         med = {
             k: statistics.median(r[k] for r in rows)
-            for k in ("switch_s", "pause_s", "publish_s", "check_s", "swap_s", "engine_write_s")
+            for k in ("switch_s", "pause_s", "publish_s", "check_s", "swap_s", "engine_write_s", "confirm_s", "verified_s")
         }
         reload_s = statistics.median(r["reload_s"] for r in reload_rows) if reload_rows else None
         params = sum(v.numel() for v in v0.values())
@@ -254,6 +276,9 @@ def run(
             "check_s": med["check_s"],
             "swap_s": med["swap_s"],
             "engine_write_s": med["engine_write_s"],
+            "confirm_s": med["confirm_s"],
+            "verified_s": med["verified_s"],
+            "hash_first": hash_first,
             "publish_s": med["publish_s"],
             "separate_copy": not shared,
             "written_fraction": statistics.median(r["elements_written"] or 0 for r in rows) / params,

@@ -256,8 +256,14 @@ def check_big_switch(cache: Path, device: str, sizes: Sizes) -> Row:
     model = _model_dir(cache, f"engine-update-qwen3-05b-{sizes.shape_layers or 'full'}", shape)
     rec: dict[str, Any] = {}
     parts, ok = [], True
-    runs = [(f"{d:.1%} changed", str(d), {"density": d}) for d in sizes.big_switch_densities]
+    d0, *more = sizes.big_switch_densities
+    runs: list[tuple[str, str, dict[str, Any]]] = [
+        (f"{d0:.1%} changed", str(d0), {"density": d0}),
+        # back to back: the same switch hashed before the swap (a validator's)
+        (f"{d0:.1%} changed, hashed first", f"{d0}-hash-first", {"density": d0, "hash_first": True}),
+    ]
     runs += [(f"lr {lr:g}", f"lr{lr:g}", {"lr": lr}) for lr in sizes.big_switch_lrs]
+    runs += [(f"{d:.1%} changed", str(d), {"density": d}) for d in more]
     for label, key, how in runs:
         r = run("hf", model, versions=3, device=device, reloads=1, separate=True, **how)
         rows = r.pop("per_version")
@@ -267,9 +273,10 @@ def check_big_switch(cache: Path, device: str, sizes: Sizes) -> Row:
         parts.append(
             f"{label} ({r['written_fraction']:.1%}): switch {r['switch_s'] * 1e3:.0f} ms (check {r['check_s'] * 1e3:.0f} ms beside "
             f"generation; pause {r['pause_s'] * 1e3:.0f} ms, of it engine write {r['engine_write_s'] * 1e3:.0f} ms "
-            f"of {statistics.median(r['written_mb']):.0f} MB) vs fresh {r['reload_s']:.2f} s, "
-            f"publish {r['publish_s']:.2f} s"
+            f"of {statistics.median(r['written_mb']):.0f} MB; hash confirmed {r['confirm_s'] * 1e3:.0f} ms later) "
+            f"vs fresh {r['reload_s']:.2f} s, publish {r['publish_s']:.2f} s"
         )
+        print(f"   {parts[-1]}", flush=True)  # each as it ends: a run cut short still shows the first
     params = next(iter(rec.values()))["parameters"] if rec else 0
     result = f"{params / 1e6:.0f}M: " + "; ".join(parts) + f"; engine hash = trainer's every version: {ok}"
     return Row("version switch (hf, 0.5B shape)", device, ok, result, time.perf_counter() - t, rec)

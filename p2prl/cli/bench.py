@@ -453,10 +453,14 @@ def bench_engine_update(
     density: float = typer.Option(
         0.0, "--density", min=0.0, max=1.0, help="No GRPO step: each version moves this fraction of elements."
     ),
+    hash_first: bool = typer.Option(
+        False, "--hash-first", help="Hash the result before the swap (a validator's switch), not after it (a miner's)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """A version switch in place (verified patch in hand → first token) against a fresh engine on the new
-    weights: time, generation pause, extra memory; the engine's weights hash checked every version."""
+    """A version switch in place (signed patch in hand → first token) against a fresh engine on the new
+    weights: time, generation pause, extra memory, and when the result's hash confirmed it; the
+    engine's weights hash checked every version."""
     from p2prl.bench.engine_update import run
     from p2prl.rl import VLLM_TINY, build_random_model_dir
 
@@ -464,18 +468,31 @@ def bench_engine_update(
         model = _CACHE / "engine-update-qwen3-h64"
         if not (model / "config.json").is_file():
             build_random_model_dir(model, "qwen3", shape=VLLM_TINY)
-    r = run(engine, model, versions=versions, device=device, reloads=reloads, lr=lr, separate=separate, density=density)
+    r = run(
+        engine,
+        model,
+        versions=versions,
+        device=device,
+        reloads=reloads,
+        lr=lr,
+        separate=separate,
+        density=density,
+        hash_first=hash_first,
+    )
     if as_json:
         typer.echo(json.dumps(r, indent=1))
         return
     ratio = r["in_place_vs_reload"]
+    confirmed = "" if hash_first else f"hash confirmed beside generation {r['confirm_s'] * 1e3:.0f} ms after the pause; "
     reload = f"reload {r['reload_s']:.2f} s, ratio {ratio:.4f}" if ratio is not None else "no reload measured"
     typer.echo(
         f"{r['engine']} on {r['device']}{' (own copy)' if r['separate_copy'] else ''}, "
         f"{r['parameters'] / 1e6:.2f}M params, {r['versions']} versions at "
         f"{f'density {density:g}' if density else f'lr {lr:g}'} (elements written {r['written_fraction']:.4f}): "
         f"trainer publish {r['publish_s'] * 1e3:.0f} ms; switch {r['switch_s'] * 1e3:.0f} ms "
-        f"(check beside generation {r['check_s'] * 1e3:.0f} ms, generation paused {r['pause_s'] * 1e3:.1f} ms); "
+        f"({'check' if hash_first else 'decode'} beside generation {r['check_s'] * 1e3:.0f} ms, "
+        f"generation paused {r['pause_s'] * 1e3:.1f} ms); "
+        f"{confirmed}"
         f"in place {r['in_place_s'] * 1e3:.1f} ms, "
         f"{reload}; engine hash = trainer's every version: "
         f"{r['engine_hash_ok_every_version']}"

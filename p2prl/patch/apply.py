@@ -61,6 +61,7 @@ CHECK_HASH_THREADS = max(1, _CPUS - CHECK_WORKERS - 1)
 CHECK_INFLIGHT = 32  # segments decoded ahead of the hash at most (their positions and values only)
 CHECK_AHEAD_BYTES = 64 << 20  # and at most about this much decoded ahead (dense segments are whole spans)
 CHECK_CHUNK_BYTES = (1 << 21) * min(CHECK_HASH_THREADS, 8)  # 2 MiB of a piece per hashing thread
+DECODE_WORKERS = max(1, min(8, _CPUS))  # hash_result=False: no hashing thread, so the decode takes its cores
 
 # what decoding bytes a peer made may raise besides PatchError: the patch is malformed
 _MALFORMED = (ValueError, IndexError, KeyError, OverflowError, MemoryError, TypeError, struct.error)
@@ -119,6 +120,11 @@ class PatchApplier:
     ``base`` once the patch checked out (node/weights/live.py: one decode per switch, not two). ``values``
     (a list) receives beside it each segment's int64 positions (None: dense) and new bit patterns
     (at the positions; dense: all), so that write needs no read of the old bits and no conversion.
+
+    ``hash_result=False`` (with ``verify_only``) decodes and checks each segment but does not hash the
+    result: for a node that writes a signed patch first and hashes its live weights after, beside
+    generation (node/weights/live.py, ``LiveWeights.confirm``); ``finish`` then vouches for the
+    patch's own digest and segments only, not for the result.
     """
 
     def __init__(
@@ -130,9 +136,13 @@ class PatchApplier:
         verify_only: bool = False,
         record: list[SegmentChange] | None = None,
         values: list[tuple[np.ndarray | None, np.ndarray]] | None = None,
+        hash_result: bool = True,
     ) -> None:
         if verify_only and staging is not None:
             raise ValueError("verify_only keeps no result: no staging")
+        if not hash_result and not verify_only:
+            raise ValueError("only verify_only may leave the result unhashed")
+        self._hashing = hash_result
         self._base = base
         self._spare = staging
         self._verify_only = verify_only
@@ -344,7 +354,8 @@ class PatchApplier:
         src = uint_view(self._base[spec.name])[seg.start : end]
         if self._verify_only:  # decoded on a worker; patched and hashed here, in order
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(CHECK_WORKERS, thread_name_prefix="p2prl-check")
+                workers = CHECK_WORKERS if self._hashing else DECODE_WORKERS
+                self._pool = ThreadPoolExecutor(workers, thread_name_prefix="p2prl-check")
             job = self._pool.submit(self._check_segment, seg, bytes(iframe), bytes(vframe), src)
             held = (seg.span if seg.kind != KIND_SPARSE else seg.count) * 12  # about what its decode holds
             self._pending.append((seg.tensor, seg.start, src, held, job))
@@ -393,6 +404,8 @@ class PatchApplier:
         """Hash ``src`` with ``new`` laid over it at ``pos``, a cache-sized piece at a time: each is
         copied into one reused buffer, patched and hashed while still in cache, so the check reads
         the model once and writes nothing the size of it."""
+        if not self._hashing:
+            return
         if pos is None:
             check_bool_bits(dtype, new, name)
             self._result.update(memoryview(new).cast("B"))
@@ -414,6 +427,8 @@ class PatchApplier:
 
     def _hash_base(self, data: memoryview) -> None:
         """Hash ``data`` after whatever is still pending (segments being decoded come first)."""
+        if not self._hashing:
+            return
         if self._pending:
             self._pending.append(data)
         else:
@@ -502,7 +517,7 @@ class PatchApplier:
         out: dict[str, TensorLike] = {}
         for ti, spec in enumerate(self._header.tensors if not self._verify_only else ()):
             out[spec.name] = self._staging[ti] if ti in self._staging else self._base[spec.name]
-        got = self._result.hexdigest()
+        got = self._result.hexdigest() if self._hashing else self._result_hash
         if got != self._result_hash:
             raise self._fail(
                 PatchError(

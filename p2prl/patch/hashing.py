@@ -50,11 +50,11 @@ def sorted_names(names: Iterable[str]) -> list[str]:
     return sorted(names, key=lambda s: s.encode("utf-8"))
 
 
-def weights_hash(state: Mapping[str, TensorLike]) -> str:
+def weights_hash(state: Mapping[str, TensorLike], *, threads: int | None = None) -> str:
     """BLAKE3 hex of the canonical serialization of ``state`` (contiguous tensors; one on another
     device is read back to the host one tensor at a time, so hashing a CUDA model holds one tensor's
-    copy at most)."""
-    return _digest(blake3.blake3(max_threads=blake3.blake3.AUTO), state)
+    copy at most). ``threads``: at most this many hashing threads (default: BLAKE3's choice)."""
+    return _digest(blake3.blake3(max_threads=blake3.blake3.AUTO if threads is None else max(1, threads)), state)
 
 
 def weights_sha256(state: Mapping[str, TensorLike]) -> str:

@@ -127,8 +127,9 @@ class Miner:
                 env.status.incr_label("batch_failed", "exception")
                 env.stop.wait(2.0)
 
-    def produce_batch(self) -> RolloutAnnouncement:
-        """Generate, score, commit and announce one batch on the active version."""
+    def produce_batch(self) -> RolloutAnnouncement | None:
+        """Generate, score, commit and announce one batch on the active version (None: dropped, the
+        version it was made with failed its hash after the switch)."""
         env, w = self.env, self.active
         mhash = self.manifest_hash(w)
         key = env.identity.public_key
@@ -150,6 +151,10 @@ class Miner:
             count += len(rewards)
             tokens += sum(len(s.completion_ids) for s in ss)
             groups.append((i, ids, ss, rewards))
+        if not self.host.settled(w):  # made with a version that did not hash as promised: never sent
+            env.status.incr_label("batch_failed", "weights_unconfirmed")
+            log.warning("batch of v%d dropped: the version did not hash to its manifest's result hash", w.version)
+            return None
         batch = build_batch(w.version, mhash, key, groups)
         data = encode_batch(batch)
         chunk = env.g.patch.chunk_size

@@ -109,6 +109,7 @@ _DECLARED: list[Metric] = [
     Metric("patch_apply_ms", G, "Time the last patch took to apply (ms)."),
     Metric("weights_save_ms", G, "Time the last save of the weights to disk took (ms; at most every 30 s and at stop)."),
     Metric("patch_verify_ms", G, "Time the last patch took to check beside generation, before the swap (ms)."),
+    Metric("patch_confirm_ms", G, "Time the last switch's result took to hash beside generation, after the swap (ms; miners)."),
     Metric("patch_fetch_ms", G, "Time the last patch took to fetch (ms)."),
     # every role: node
     Metric("restarts_resumed", C, "Starts that resumed this node's saved state."),

@@ -16,6 +16,10 @@ Who writes what, on which thread:
   the last), sets it current and, for a miner, writes the switch into the
   engine; a validator's :meth:`ModelHost.source` steps the tensors to the version a batch was made
   at and loads the engine with it;
+- a miner (``follow``) switches to a one-delta version once its signed patch is decoded, before its
+  result is hashed: the host's confirm thread hashes the live weights beside generation
+  (``LiveWeights.confirm``), and :meth:`ModelHost.settled` holds back whatever was made with the
+  version until then (a version that does not hash is stepped back, its work dropped);
 - any thread reads the current version (:attr:`ModelHost.current`) under the host's lock.
 """
 
@@ -25,6 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,7 +40,7 @@ from p2prl.node.setup.settings import RoleSettings
 from p2prl.node.weights.disk import save_weights
 from p2prl.node.weights.live import LiveWeights, Prepared
 from p2prl.node.weights.version import State, Weights, sha256_of_state
-from p2prl.patch import PatchError
+from p2prl.patch import PatchError, PatchReason
 from p2prl.protocol import PatchManifest
 
 if TYPE_CHECKING:
@@ -111,6 +116,17 @@ class ModelHost:
         self._engine_version: int | None = None  # loaded in the engine (None: nothing, or the tensors moved)
         self._switched: Switched | None = None
         self._saved: tuple[int, float] | None = None  # (version, monotonic time) of the last save
+        # a miner hashes a version after switching to it, on this thread, beside generation
+        self._confirm_pool = ThreadPoolExecutor(1, thread_name_prefix="p2prl-confirm") if follow else None
+        self._confirming: tuple[Future[bool], float] | None = None  # (the hash, when it was asked for)
+        # the engine keeps its own copy, written from each switch's values (CUDA): the live tensors'
+        # own writes can wait for the confirm thread
+        self._write_later = bool(
+            follow
+            and engine_state is None
+            and getattr(engine, "write_changes", None) is not None
+            and not _shares(engine.model, live.state)
+        )
         env.status.set(version=start.version, weights_hash=start.status_hash)
         if follow:
             self._load_engine(start)
@@ -140,8 +156,9 @@ class ModelHost:
         self._switched = switched
 
     def prepare(self, plan: Sequence[PatchManifest], load_blob: Callable[[str], bytes]) -> Prepared | None:
-        """Check a one-delta plan against the live tensors without changing them (LiveWeights.prepare)."""
-        return self.live.prepare(plan, load_blob)
+        """Check a one-delta plan against the live tensors without changing them (LiveWeights.prepare;
+        a miner's is decoded only: its result is hashed after the switch)."""
+        return self.live.prepare(plan, load_blob, deferred=self.follow)
 
     def stage(self, staged: Staged) -> None:
         """A fetched version for the role to switch to; each starts where the previous one ends."""
@@ -152,6 +169,7 @@ class ModelHost:
     def switch(self) -> list[Weights]:
         """Switch to every version staged since the last call, oldest first, in place, up to the
         first bad patch; returns the versions reached (the newest is now current and saved)."""
+        self.settle()  # the version before must be confirmed (or stepped back) first
         with self._lock:
             staged, self._staged = self._staged, []
             if staged:  # the sync thread plans on from it while this applies
@@ -163,10 +181,49 @@ class ModelHost:
             self.env.status.set(version=done[-1].version, weights_hash=done[-1].status_hash)
             if self.follow:
                 self._load_engine(_composed(done))
-            self._report_sha(done[-1])
+            if self.live.unconfirmed is None:
+                self._report_sha(done[-1])
+            elif self._confirm_pool is not None:
+                self._confirming = (self._confirm_pool.submit(self.live.confirm), time.monotonic())
         if self._switched is not None and (done or error is not None):
             self._switched(done, error)
         return done
+
+    def settle(self) -> bool:
+        """On the role's thread: wait for the hash of a version switched to before it was hashed.
+        False when it was not what its manifest promised: the tensors, the engine and the current
+        version are then back at the version before, and the sync goes through an anchor."""
+        pending, self._confirming = self._confirming, None
+        if pending is None:
+            return True
+        ok = pending[0].result()
+        st = self.env.status
+        st.gauge("patch_confirm_ms", (time.monotonic() - pending[1]) * 1000)
+        if ok:
+            w = self.current
+            self._save(w, every_s=SAVE_EVERY_S)
+            self._report_sha(w)
+            return True
+        with self._lock:
+            bad, self._current = self._current, self.live.weights()
+            self._versions.pop(bad.version, None)
+            back = self._versions[self._current.version] = self._current
+        st.set(version=back.version, weights_hash=back.status_hash)
+        log.warning("v%d does not hash to its manifest's result hash: back at v%d", bad.version, back.version)
+        if self.follow:
+            self._engine_version = None
+            self._load_engine(back)  # the whole state: the engine's copy held the bad version
+        if self._switched is not None:
+            self._switched([], PatchError(PatchReason.HASH_MISMATCH, f"v{bad.version} does not produce its result hash"))
+        return False
+
+    def settled(self, w: Weights) -> bool:
+        """Whether what was made with ``w`` may leave the node: its version confirmed (after waiting
+        for the hash in flight), not stepped back."""
+        self.settle()
+        with self._lock:
+            held = self._versions.get(w.version)
+        return held is not None and held.hash == w.hash and held.verified
 
     def _apply(self, staged: list[Staged]) -> tuple[list[Weights], Exception | None]:
         """Verify and apply the plans, oldest first, up to the first bad one; saves the newest reached."""
@@ -174,7 +231,9 @@ class ModelHost:
         for s in staged:
             t0 = time.monotonic()
             try:
-                done.append(self.live.advance(s.plan, self.env.store.get, s.prepared))
+                if self.live.unconfirmed is not None and not self.live.confirm():  # an earlier one of these
+                    raise PatchError(PatchReason.HASH_MISMATCH, f"v{done[-1].version} does not produce its result hash")
+                done.append(self.live.advance(s.plan, self.env.store.get, s.prepared, write_later=self._write_later))
             except PatchError as e:
                 log.warning("switch to v%d failed: %s", s.version, e)
                 error = e
@@ -183,11 +242,13 @@ class ModelHost:
             st.incr("patch_bytes_total", sum(m.blob.size for m in s.plan))
             st.gauge("patch_last_bytes", s.plan[-1].blob.size)
             st.gauge("patch_apply_ms", (time.monotonic() - t0) * 1000)
+        if error is not None and done and done[-1].version != self.live.head:  # stepped back by confirm()
+            done.pop()
         with self._lock:
             self._current, self._switching = self.live.weights(), None
             for w in done:
                 self._versions[w.version] = w
-        if done:
+        if done and self.live.unconfirmed is None:  # an unconfirmed one is saved once settled
             self._save(done[-1], every_s=SAVE_EVERY_S)
         return done, error
 
@@ -206,6 +267,9 @@ class ModelHost:
         """On the role's thread, once its loops stopped: save the newest version if it is not."""
         with self._lock:
             self._staged = []
+        self.settle()
+        if self._confirm_pool is not None:
+            self._confirm_pool.shutdown(wait=True)
         self.live.goto(self.live.head)  # a validator may have stepped the tensors back
         self._save(self.live.weights())
 

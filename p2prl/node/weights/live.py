@@ -10,11 +10,18 @@ switch itself only writes the changed elements; it returns them as a value (``Sw
 engine that holds its own copy (on CUDA) to write on its device. Per version it keeps which bits each segment changed (positions and XOR; a dense
 segment's XOR whole), so a validator can step the model back to the version a batch was made at and
 forward again without a copy per version.
+
+A miner may instead switch first and hash after (``prepare(..., deferred=True)``): the signed patch
+is only decoded before the switch, the switch writes it, and :meth:`LiveWeights.confirm` hashes the
+live weights beside generation, stepping back to the version before if they are not what the
+manifest promises. Nothing made with the new version leaves the node before that (ModelHost.settled),
+so a switch costs the decode and the write, and the hash no longer delays the new version's tokens.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -35,10 +42,13 @@ from p2prl.patch import (
     scatter_all,
     sorted_names,
     uint_view,
+    weights_hash,
 )
 from p2prl.protocol import PatchManifest
 
 log = logging.getLogger(__name__)
+# confirm()'s hash beside generation: the cores a CPU generation loop and one more thread leave
+CONFIRM_HASH_THREADS = max(1, (os.cpu_count() or 1) - 2)
 # a checked segment's int64 positions (None: a dense segment) and its new bit patterns
 Values = tuple["np.ndarray | None", np.ndarray]
 
@@ -63,6 +73,10 @@ class LiveWeights:
         self._hashes: dict[int, str] = {} if start.hash is None else {start.version: start.hash}
         self._steps: OrderedDict[int, list[SegmentChange]] = OrderedDict()  # v: changes v-1 -> v
         self._changed: set[str] | None = None  # names written since take_changed() (when tracked)
+        # a version switched to before its result was hashed (prepare(deferred=True)): confirm() hashes
+        # it, or steps back to the version before, whose hash and step stay held until then
+        self.unconfirmed: int | None = None
+        self._later: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []  # writes confirm() makes
         # held while the tensors are stepped or patched, and while the sync thread checks a patch
         # against them (prepare): generation only reads them, between switches
         self._lock = threading.RLock()
@@ -92,12 +106,15 @@ class LiveWeights:
         return self.head - len(self._steps) <= version <= self.head
 
     # -- switching versions ---------------------------------------------------------------
-    def prepare(self, plan: Sequence[PatchManifest], load_blob: Callable[[str], bytes]) -> Prepared | None:
+    def prepare(
+        self, plan: Sequence[PatchManifest], load_blob: Callable[[str], bytes], *, deferred: bool = False
+    ) -> Prepared | None:
         """Check a one-delta plan from the head against the live tensors without changing them
         (another thread may generate with them meanwhile): the patch decoded once, the result hashed.
         The :class:`Prepared` it returns lets :meth:`advance` switch by writing the changed elements
         only. None when the plan is not one delta from the head (advance then checks it itself).
-        Raises PatchError for a bad patch."""
+        ``deferred``: decode and check the signed patch only; the result is hashed after the switch
+        (:meth:`confirm`). Raises PatchError for a bad patch."""
         if len(plan) != 1 or plan[0].kind != "delta":
             return None
         m = plan[0]
@@ -107,13 +124,15 @@ class LiveWeights:
             if self.hash is None or self.hash != m.base_hash or self.loaded != self.head:
                 return None
             with short_gil_slices():  # beside a generation loop that holds the GIL
-                return Prepared(m, self.head, *self._check(m, blob))
+                return Prepared(m, self.head, *self._check(m, blob, hashed=not deferred), hashed=not deferred)
 
     def advance(
         self,
         plan: Sequence[PatchManifest],
         load_blob: Callable[[str], bytes],
         prepared: Prepared | None = None,
+        *,
+        write_later: bool = False,
     ) -> Weights:
         """Apply ``plan`` (from ``plan_sync``, starting at the head version or at an anchor).
 
@@ -121,8 +140,15 @@ class LiveWeights:
         :meth:`prepare` against this head); a bad one raises PatchError and leaves the state at the
         last good version. An anchor is decoded beside the state (its one full copy, held only while
         it is copied in) and checked against its hash first. The Weights returned carry the
-        :class:`Switch` (the writes from the previous head) when the plan was all deltas."""
+        :class:`Switch` (the writes from the previous head) when the plan was all deltas.
+
+        A ``prepared`` that was not hashed (``prepare(deferred=True)``) leaves the new head
+        :attr:`unconfirmed` until :meth:`confirm`; ``write_later`` then also leaves these tensors'
+        writes to :meth:`confirm` (an engine with its own copy, on CUDA, takes them from the Switch:
+        only its write pauses generation)."""
         with self._lock, short_gil_slices():
+            if self.unconfirmed is not None:
+                raise PatchError(PatchReason.WRONG_BASE, f"version {self.unconfirmed} is not confirmed yet")
             self._goto(self.head)
             switch: Switch | None = None
             for i, m in enumerate(plan):
@@ -135,25 +161,66 @@ class LiveWeights:
                         self._changed.update(self._names)
                     step = None
                 else:
-                    checked = (prepared.changes, prepared.values) if blob is None and prepared is not None else None
-                    step = self._apply_delta(m, blob, checked)
+                    ours = blob is None and prepared is not None
+                    checked = (prepared.changes, prepared.values) if ours and prepared is not None else None
+                    defer = ours and prepared is not None and not prepared.hashed
+                    step = self._apply_delta(m, blob, checked, later=defer and write_later)
+                    if defer and prepared is not None:  # its step is kept until confirm() hashed it
+                        self.unconfirmed = m.version
+                        self._steps[m.version] = prepared.changes
                 if step is not None and (i == 0 or switch is not None):
                     switch = step if switch is None else switch.then(step)
                 else:
                     switch = None
                 self.head = self.loaded = m.version
                 self.hash = self._hashes[m.version] = m.result_hash
-                while len(self._steps) > self.keep - 1:
-                    self._steps.popitem(last=False)
-                for v in [v for v in self._hashes if not self.reachable(v)]:
-                    del self._hashes[v]
+                self._trim()
             w = self.weights()
             w.switch = switch
             return w
 
-    def _check(self, m: PatchManifest, blob: bytes) -> tuple[list[SegmentChange], list[Values]]:
+    def _trim(self) -> None:
+        """Forget the steps and hashes past ``keep`` (and the one before an unconfirmed head, past it)."""
+        keep = self.keep - 1 if self.unconfirmed is None else max(1, self.keep - 1)
+        while len(self._steps) > keep:
+            self._steps.popitem(last=False)
+        for v in [v for v in self._hashes if not self.reachable(v)]:
+            del self._hashes[v]
+
+    def confirm(self) -> bool:
+        """Hash the live weights of the :attr:`unconfirmed` head (after the writes left to now): True
+        when they are what its manifest promised; else step back to the version before (its tensors,
+        hash and history as they were) and return False. Runs beside generation, which only reads
+        the tensors; the next switch or check waits for it. True when nothing is unconfirmed."""
+        with self._lock, short_gil_slices():
+            v = self.unconfirmed
+            if v is None:
+                return True
+            later, self._later = self._later, []
+            scatter_all([(dst, pos, new) for dst, pos, new in later if pos is not None])
+            for dst, pos, new in later:
+                if pos is None:
+                    dst[: new.size] = new
+            try:
+                ok = weights_hash(self.state, threads=CONFIRM_HASH_THREADS) == self.hash
+            except PatchError as e:  # e.g. a bool tensor holding other bytes than 0 and 1
+                log.warning("version %d does not hash: %s", v, e)
+                ok = False
+            self.unconfirmed = None
+            if not ok:
+                self._put(self._steps.pop(v))  # back to the version before, bit for bit
+                if self._changed is not None:  # an engine with its own copy rewrites these tensors
+                    self._changed.update(self._names)
+                self.head = self.loaded = v - 1
+                self._hashes.pop(v, None)
+                self.hash = self._hashes.get(self.head)
+            self._trim()
+            return ok
+
+    def _check(self, m: PatchManifest, blob: bytes, hashed: bool = True) -> tuple[list[SegmentChange], list[Values]]:
         """Verify delta ``m`` against the live tensors (unchanged): what it changes, per segment
-        (positions and XOR, for stepping back), and the new bits there."""
+        (positions and XOR, for stepping back), and the new bits there. ``hashed=False``: the patch
+        decoded and checked, its result not hashed (:meth:`confirm` hashes it once written)."""
         if self.hash is None or self.hash != m.base_hash:
             held = "unverified" if self.hash is None else f"{self.hash[:16]}…"
             raise PatchError(
@@ -161,7 +228,9 @@ class LiveWeights:
             )
         changes: list[SegmentChange] = []
         values: list[tuple[np.ndarray | None, np.ndarray]] = []
-        check = PatchApplier(self.state, base_hash=self.hash, verify_only=True, record=changes, values=values)
+        check = PatchApplier(
+            self.state, base_hash=self.hash, verify_only=True, record=changes, values=values, hash_result=hashed
+        )
         check.feed(blob)
         if check.header is not None and check.header.base_hash != m.base_hash:
             raise PatchError(
@@ -177,10 +246,15 @@ class LiveWeights:
         return changes, values
 
     def _apply_delta(
-        self, m: PatchManifest, blob: bytes | None, checked: tuple[list[SegmentChange], list[Values]] | None
+        self,
+        m: PatchManifest,
+        blob: bytes | None,
+        checked: tuple[list[SegmentChange], list[Values]] | None,
+        later: bool = False,
     ) -> Switch:
         """Write a verified delta's new bits at the positions its check recorded (the patch is decoded
-        once, by the check; the old bits are not read again); returns the switch as a value."""
+        once, by the check; the old bits are not read again); returns the switch as a value.
+        ``later``: leave the writes to :meth:`confirm` (the Switch carries the new bits themselves)."""
         if checked is None:
             assert blob is not None
             checked = self._check(m, blob)
@@ -190,13 +264,17 @@ class LiveWeights:
             name = self._names[ti]
             t = self.state[name]
             v = uint_view(t)
+            signed = torch.from_numpy(new.view(np.dtype(f"i{new.dtype.itemsize}"))).view(t.dtype)
             if pos is None:
-                v[start : start + new.size] = new
-                writes.append(TensorWrite(name, start, None, t.view(-1)[start : start + new.size]))
+                if later:
+                    self._later.append((v[start:], None, new))
+                    writes.append(TensorWrite(name, start, None, signed))
+                else:
+                    v[start : start + new.size] = new
+                    writes.append(TensorWrite(name, start, None, t.view(-1)[start : start + new.size]))
             else:  # the check's own int64 positions: nothing converted while generation waits
-                scatters.append((v[start:], pos, new))
-                signed = new.view(np.dtype(f"i{new.dtype.itemsize}"))
-                writes.append(TensorWrite(name, start, torch.from_numpy(pos), torch.from_numpy(signed).view(t.dtype)))
+                (self._later if later else scatters).append((v[start:], pos, new))
+                writes.append(TensorWrite(name, start, torch.from_numpy(pos), signed))
         scatter_all(scatters)  # on a few threads when large
         if self._changed is not None:
             self._changed.update(self._names[c[0]] for c in changes)
@@ -239,6 +317,7 @@ class Prepared:
     base: int
     changes: list[SegmentChange]
     values: list[Values]
+    hashed: bool = True  # False: decoded only; the switch leaves its version unconfirmed
 
 
 def _matches(prepared: Prepared | None, m: PatchManifest, live: LiveWeights) -> bool:

@@ -40,3 +40,35 @@ def test_a_miner_syncs_mines_and_announces_to_the_trainer(make_net, wait_for) ->
             rt.stop.set()
         for rt in (mrt, trt):
             rt.join(30)
+
+
+def test_a_batch_made_with_a_version_that_does_not_hash_is_never_announced(make_net, tmp_path) -> None:
+    """A miner switches before the hash of the new weights is in; a batch made meanwhile with a version
+    whose result is not what its manifest promised is dropped, not announced, and the miner is back at
+    the version before (its tensors bit for bit)."""
+    from weightskit import bits_equal, forged, perturb, snapshot
+
+    from p2prl.crypto.keys import Identity
+    from p2prl.node.weights.host import Staged
+    from p2prl.patch.chain import ChainPublisher
+
+    net = make_net(("trainer", "miner1"))  # the trainer is never started: the miner holds the genesis weights
+    hub = LocalHub(read_genesis(net.genesis))
+    mrt = hub.runtime("miner", net.ids["miner1"], net.root / "miner1")
+    miner = Miner(mrt.env(MinerSettings))
+    try:
+        live, store = miner.host.live, mrt.env(MinerSettings).store
+        v0 = snapshot(live.state)
+        pub = ChainPublisher(tmp_path / "forger", Identity.generate(), "test-net", anchor_interval=100)
+        assert pub.publish(v0).result_hash == live.hash
+        promised = pub.publish(perturb(v0, 0.05, seed=7)).items[-1].manifest
+        bad = forged(store, promised, v0, seed=8)
+        miner.host.stage(Staged(1, bad.result_hash, [bad], miner.host.prepare([bad], store.get)))
+        assert [w.version for w in miner.host.switch()] == [1] and miner.active.version == 1
+        assert miner.produce_batch() is None
+        snap = mrt.status.snapshot()
+        assert snap["labelled"]["batch_failed"] == {"weights_unconfirmed": 1}
+        assert snap["counters"].get("batches_announced", 0) == 0 and snap["counters"]["hash_mismatches"] == 1
+        assert miner.active.version == 0 and miner.active.hash == live.hash and bits_equal(live.state, v0)
+    finally:
+        miner.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from weightskit import bits_equal, forged, perturb, snapshot
 
 from p2prl.crypto.keys import Identity
 from p2prl.node.weights.live import LiveWeights
@@ -20,24 +21,6 @@ from p2prl.store import BlobStore
 
 NET = "livenet"
 TRAINER = Identity(b"\x05" * 32)
-
-
-def snapshot(state):
-    return {k: v.clone() for k, v in state.items()}
-
-
-def perturb(state, density, seed):
-    """A copy with about ``density`` of every tensor's elements one bf16 step away."""
-    g = torch.Generator().manual_seed(seed)
-    out = snapshot(state)
-    for t in out.values():
-        v = uint_view(t)
-        v[(torch.rand(v.size, generator=g) < density).numpy()] ^= 1
-    return out
-
-
-def bits_equal(a, b):
-    return set(a) == set(b) and all((uint_view(a[k]) == uint_view(b[k])).all() for k in a)
 
 
 def _model(model_dir):
@@ -195,3 +178,55 @@ def test_a_prepared_check_is_redone_once_the_weights_moved_and_a_bad_patch_fails
     assert live.prepare([good], store.get) is None  # not a delta from the head any more
     live.advance([index.get(2, "delta")], store.get, stale)  # a stale check is not used: checked again
     assert bits_equal(unique_state(model), states[2]) and live.hash == pub.result_hash
+
+
+def test_a_switch_before_its_hash_is_confirmed_or_stepped_back(tmp_path, model_dir):
+    """A miner's switch: the signed patch decoded, written, then the live weights hashed (confirm); a
+    patch that decodes but does not produce the result it promises is stepped back bit for bit."""
+    model = _model(model_dir)
+    state = unique_state(model)
+    pub, states, published = _trainer_chain(tmp_path, state, 2)
+    store, index = _receiver(tmp_path, published)
+    live = LiveWeights(state, Weights(0, weights_hash(state), state), keep=1)
+    good1, good2 = index.get(1, "delta"), index.get(2, "delta")
+    ready = live.prepare([good1], store.get, deferred=True)
+    assert ready is not None and not ready.hashed and bits_equal(state, states[0])
+    live.advance([good1], store.get, ready)
+    assert live.unconfirmed == 1 and bits_equal(unique_state(model), states[1])
+    with pytest.raises(PatchError):  # nothing switches on from a version not yet confirmed
+        live.advance([good2], store.get)
+    assert live.confirm() and live.unconfirmed is None and live.hash == good1.result_hash
+    assert live.confirm()  # nothing left to confirm
+    bad = forged(store, good2, states[1], seed=98)
+    with pytest.raises(PatchError) as e:  # hashed before the switch, it never writes
+        live.prepare([bad], store.get)
+    assert e.value.reason == "hash_mismatch" and bits_equal(unique_state(model), states[1])
+    ready = live.prepare([bad], store.get, deferred=True)  # decoded only: it passes
+    assert ready is not None
+    live.advance([bad], store.get, ready)
+    assert live.unconfirmed == 2 and not bits_equal(unique_state(model), states[1])
+    assert not live.confirm()
+    assert live.unconfirmed is None and live.head == 1 and live.hash == good1.result_hash
+    assert bits_equal(unique_state(model), states[1])
+    live.advance([good2], store.get)  # and the good one still applies
+    assert bits_equal(unique_state(model), states[2]) and live.hash == pub.result_hash
+
+
+def test_a_deferred_switch_hands_the_engine_the_values_and_writes_the_live_copy_at_confirm(tmp_path, model_dir):
+    """On CUDA the engine's own copy takes the switch's positions and values during the pause; the
+    node's live copy is written by confirm, beside generation (dense segments too: 60% changed)."""
+    from p2prl.rl.engine import HFEngine
+
+    engine_model = _model(model_dir)
+    state = snapshot(unique_state(engine_model))
+    pub = ChainPublisher(tmp_path / "trainer", TRAINER, NET, chunk_size=MIN_CHUNK_SIZE, anchor_interval=100)
+    states = [snapshot(state), perturb(state, 0.6, seed=4)]
+    store, index = _receiver(tmp_path, [pub.publish(s) for s in states])
+    live = LiveWeights(state, Weights(0, weights_hash(state), state), keep=1)
+    m = index.get(1, "delta")
+    w = live.advance([m], store.get, live.prepare([m], store.get, deferred=True), write_later=True)
+    assert w.switch is not None and any(x.positions is None for x in w.switch.writes)  # dense segments
+    assert bits_equal(state, states[0])  # the live copy waits for confirm
+    HFEngine(engine_model, tokenizer=None).write_changes((x.name, x.start, x.positions, x.values) for x in w.switch.writes)
+    assert bits_equal(unique_state(engine_model), states[1])
+    assert live.confirm() and bits_equal(state, states[1]) and live.hash == pub.result_hash
