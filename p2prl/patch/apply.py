@@ -121,6 +121,9 @@ class PatchApplier:
     (a list) receives beside it each segment's int64 positions (None: dense) and new bit patterns
     (at the positions; dense: all), so that write needs no read of the old bits and no conversion.
 
+    ``base_views`` (optional): ``uint_view`` of each base tensor, made once by a caller that checks
+    many patches against the same tensors (a node's live weights), instead of per patch.
+
     ``hash_result=False`` (with ``verify_only``) decodes and checks each segment but does not hash the
     result: for a node that writes a signed patch first and hashes its live weights after, beside
     generation (node/weights/live.py, ``LiveWeights.confirm``); ``finish`` then vouches for the
@@ -137,12 +140,15 @@ class PatchApplier:
         record: list[SegmentChange] | None = None,
         values: list[tuple[np.ndarray | None, np.ndarray]] | None = None,
         hash_result: bool = True,
+        base_views: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         if verify_only and staging is not None:
             raise ValueError("verify_only keeps no result: no staging")
         if not hash_result and not verify_only:
             raise ValueError("only verify_only may leave the result unhashed")
         self._hashing = hash_result
+        # the base's bits as unsigned integers, per tensor (``base_views``: a caller's, made once)
+        self._src: dict[str, np.ndarray] = dict(base_views) if base_views is not None else {}
         self._base = base
         self._spare = staging
         self._verify_only = verify_only
@@ -307,11 +313,20 @@ class PatchApplier:
             v = self._views[ti] = uint_view(staged)
         return v
 
+    def _src_view(self, name: str) -> np.ndarray:
+        v = self._src.get(name)
+        if v is None:
+            v = self._src[name] = uint_view(self._base[name])
+        return v
+
     def _advance_to(self, ti: int, start: int) -> None:
         """Finalise the result up to element ``start`` of tensor ``ti``: copy what no segment
         touches and hash it while it is still in cache. Tensors never touched (when there is no
         ``staging``) are shared with the base and hashed from it."""
         assert self._header is not None
+        if not self._hashing:  # decode only: nothing to copy or hash between segments
+            self._cursor = max(self._cursor, (ti, start))
+            return
         cur_t, cur_off = self._cursor
         n = len(self._header.tensors)
         while cur_t < n and (cur_t, cur_off) < (ti, start):
@@ -320,7 +335,7 @@ class PatchApplier:
             self._enter(cur_t)
             end = numel if cur_t < ti else start
             if end > cur_off:
-                src = uint_view(self._base[spec.name])
+                src = self._src_view(spec.name)
                 copy = cur_t == ti or cur_t in self._views or self._spare is not None
                 if copy and not self._verify_only and not _same_memory(self._view(cur_t), src):
                     dst = self._view(cur_t)
@@ -339,7 +354,7 @@ class PatchApplier:
     def _enter(self, ti: int) -> None:
         """Hash tensor ``ti``'s name, dtype, shape and size once, before its first byte."""
         assert self._header is not None
-        if self._entered < ti:
+        if self._entered < ti and self._hashing:
             spec = self._header.tensors[ti]
             nbytes = spec.numel * BY_NAME[spec.dtype].itemsize
             self._hash_base(memoryview(entry_prefix(spec.name, spec.dtype, spec.shape, nbytes)))
@@ -351,7 +366,7 @@ class PatchApplier:
         self._enter(seg.tensor)
         spec = self._header.tensors[seg.tensor]
         end = seg.start + seg.span
-        src = uint_view(self._base[spec.name])[seg.start : end]
+        src = self._src_view(spec.name)[seg.start : end]
         if self._verify_only:  # decoded on a worker; patched and hashed here, in order
             if self._pool is None:
                 workers = CHECK_WORKERS if self._hashing else DECODE_WORKERS

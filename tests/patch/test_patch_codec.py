@@ -3,6 +3,7 @@ import json
 import random
 import struct
 
+import numpy as np
 import pytest
 import torch
 import zstandard
@@ -351,3 +352,41 @@ def test_verify_only_rejects_every_bit_flip_and_truncation(fuzz_case):
             with pytest.raises(PatchError):
                 _check(base, data, [])
     assert bits_equal(base, keep)
+
+
+@pytest.mark.parametrize("density", [0.02, 0.5])
+def test_a_decode_only_check_records_what_the_hashed_one_does_and_vouches_for_no_result(density):
+    """``hash_result=False`` (a miner hashes after its switch): the same record and values as the
+    hashed check, from the caller's integer views too; a patch of other weights under the same
+    promise passes it (only the result's hash tells), while every corrupted byte still fails."""
+    base, new = _pair({"w": (40, 30), "b": (30,), "n": (7,)}, torch.bfloat16, density)
+    patch = b"".join(PatchEncoder(base, new, segment_span=64).segments())
+    views = {k: uint_view(v) for k, v in base.items()}
+    out = {}
+    for hashed in (True, False):
+        record, values = [], []
+        applier = PatchApplier(
+            base, verify_only=True, record=record, values=values, hash_result=hashed, base_views=views
+        )
+        applier.feed(patch)
+        assert applier.finish() == {} and applier.result_hash == weights_hash(new)
+        out[hashed] = (record, values)
+    (r1, v1), (r2, v2) = out[True], out[False]
+    assert len(r1) == len(r2) and len(v1) == len(v2)
+    for a, b in zip([*r1, *v1], [*r2, *v2], strict=True):
+        assert all((x is None and y is None) or np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    other = perturb(base, density, 9, True)
+    forged = b"".join(PatchEncoder(base, other, segment_span=64, result_hash=weights_hash(new)).segments())
+    decode_only = PatchApplier(base, verify_only=True, hash_result=False)
+    decode_only.feed(forged)
+    decode_only.finish()  # decodes: it vouches for the patch, not for its result
+    hashed_check = PatchApplier(base, verify_only=True)
+    hashed_check.feed(forged)
+    with pytest.raises(PatchError):
+        hashed_check.finish()
+    bad = bytearray(patch)
+    bad[len(patch) // 2] ^= 0x10
+    with pytest.raises(PatchError):
+        broken = PatchApplier(base, verify_only=True, hash_result=False)
+        broken.feed(bytes(bad))
+        broken.finish()

@@ -231,9 +231,13 @@ class ModelHost:
         for s in staged:
             t0 = time.monotonic()
             try:
-                if self.live.unconfirmed is not None and not self.live.confirm():  # an earlier one of these
-                    raise PatchError(PatchReason.HASH_MISMATCH, f"v{done[-1].version} does not produce its result hash")
-                done.append(self.live.advance(s.plan, self.env.store.get, s.prepared, write_later=self._write_later))
+                pending = self.live.unconfirmed  # an earlier one of these, switched to before its hash
+                if pending is not None and not self.live.confirm():
+                    raise PatchError(PatchReason.HASH_MISMATCH, f"v{pending} does not produce its result hash")
+                # the live copy's writes wait for the confirm thread only where the engine takes them
+                # from this switch (it runs the version before); a whole load would read the live copy
+                later = self._write_later and self._engine_version == self.live.head
+                done.append(self.live.advance(s.plan, self.env.store.get, s.prepared, write_later=later))
             except PatchError as e:
                 log.warning("switch to v%d failed: %s", s.version, e)
                 error = e

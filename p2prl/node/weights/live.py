@@ -70,6 +70,8 @@ class LiveWeights:
         self.head = self.loaded = start.version
         self.hash: str | None = start.hash  # None: unverified (node/weights/version.py), never a patch base
         self._names = sorted_names(state)
+        # each tensor's bits as unsigned integers, made once: a check reads them per segment
+        self._uviews = {n: uint_view(t) for n, t in state.items()}
         self._hashes: dict[int, str] = {} if start.hash is None else {start.version: start.hash}
         self._steps: OrderedDict[int, list[SegmentChange]] = OrderedDict()  # v: changes v-1 -> v
         self._changed: set[str] | None = None  # names written since take_changed() (when tracked)
@@ -229,7 +231,13 @@ class LiveWeights:
         changes: list[SegmentChange] = []
         values: list[tuple[np.ndarray | None, np.ndarray]] = []
         check = PatchApplier(
-            self.state, base_hash=self.hash, verify_only=True, record=changes, values=values, hash_result=hashed
+            self.state,
+            base_hash=self.hash,
+            verify_only=True,
+            record=changes,
+            values=values,
+            hash_result=hashed,
+            base_views=self._uviews,
         )
         check.feed(blob)
         if check.header is not None and check.header.base_hash != m.base_hash:
@@ -263,7 +271,7 @@ class LiveWeights:
         for (ti, start, _, _), (pos, new) in zip(changes, values, strict=True):
             name = self._names[ti]
             t = self.state[name]
-            v = uint_view(t)
+            v = self._uviews[name]
             signed = torch.from_numpy(new.view(np.dtype(f"i{new.dtype.itemsize}"))).view(t.dtype)
             if pos is None:
                 if later:
