@@ -239,7 +239,7 @@ def check_switch(cache: Path, device: str, engine: str, sizes: Sizes) -> Row:
     )
 
 
-def check_big_switch(cache: Path, device: str, sizes: Sizes) -> Row:
+def check_big_switch(cache: Path, device: str, sizes: Sizes, log: Callable[[str], None]) -> Row:
     """The transformers engine at Qwen2.5-0.5B's shape (362M as a Qwen3), each version changing a
     seeded fraction of the bf16 elements (0.013: what an AdamW step at lr 1e-6 changes; 0.5: near
     dense), then a real GRPO learner's versions at each of ``big_switch_lrs`` (1.5% and 15% changed);
@@ -276,7 +276,7 @@ def check_big_switch(cache: Path, device: str, sizes: Sizes) -> Row:
             f"of {statistics.median(r['written_mb']):.0f} MB; hash confirmed {r['confirm_s'] * 1e3:.0f} ms later) "
             f"vs fresh {r['reload_s']:.2f} s, publish {r['publish_s']:.2f} s"
         )
-        print(f"   {parts[-1]}", flush=True)  # each as it ends: a run cut short still shows the first
+        log(f"   {parts[-1]}")  # each as it ends: a run cut short still shows the first
     params = next(iter(rec.values()))["parameters"] if rec else 0
     result = f"{params / 1e6:.0f}M: " + "; ".join(parts) + f"; engine hash = trainer's every version: {ok}"
     return Row("version switch (hf, 0.5B shape)", device, ok, result, time.perf_counter() - t, rec)
@@ -302,7 +302,7 @@ def run_checks(
     """Every check in turn; one that raises is a failed row with its error, and the rest still run."""
     checks: list[tuple[str, str, Callable[[], Row]]] = [
         ("switch_hf", device, lambda: check_switch(cache, device, "hf", sizes)),
-        ("switch_hf_05b", device, lambda: check_big_switch(cache, device, sizes)),
+        ("switch_hf_05b", device, lambda: check_big_switch(cache, device, sizes, log)),
         ("verify_cost", device, lambda: check_verify_cost(device, sizes)),
         (
             "honest_same_device",
