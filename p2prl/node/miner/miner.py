@@ -54,9 +54,10 @@ class Miner:
         self._rejections = RejectionLog(local_network=env.settings.local_network)
 
     # -- state ------------------------------------------------------------------
-    def engine_state(self, w: Weights) -> dict[str, torch.Tensor]:
-        """The weights the engine generates with: version ``w``'s own."""
-        return w.state
+    # The weights the engine generates with for a version; None: the version's own (the host then
+    # writes each switch's changed elements straight into an engine that keeps its own copy). Only a
+    # benchmark's adversary sets it (bench/dishonest.py).
+    engine_state: Callable[[Weights], dict[str, torch.Tensor]] | None = None
 
     @property
     def active(self) -> Weights:

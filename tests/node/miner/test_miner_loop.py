@@ -72,3 +72,38 @@ def test_a_batch_made_with_a_version_that_does_not_hash_is_never_announced(make_
         assert miner.active.version == 0 and miner.active.hash == live.hash and bits_equal(live.state, v0)
     finally:
         miner.close()
+
+
+def test_a_miner_whose_engine_keeps_its_own_copy_pauses_only_for_the_engines_write(make_net, tmp_path) -> None:
+    """The CUDA shape on the CPU (``share_weights=False``): a switch writes the changed elements into
+    the engine's own copy, and the node's live copy is written by the confirm thread afterwards, not
+    while generation is paused. The confirm thread is held off (it needs the live tensors' lock) so
+    the order is seen, not raced."""
+    from weightskit import bits_equal, perturb, snapshot
+
+    from p2prl.crypto.keys import Identity
+    from p2prl.node.weights.host import Staged
+    from p2prl.patch.chain import ChainPublisher
+    from p2prl.rl.model import unique_state
+
+    net = make_net(("trainer", "miner1"))
+    hub = LocalHub(read_genesis(net.genesis))
+    mrt = hub.runtime("miner", net.ids["miner1"], net.root / "miner1")
+    miner = Miner(mrt.env(MinerSettings), share_weights=False)
+    try:
+        live, store = miner.host.live, mrt.env(MinerSettings).store
+        v0 = snapshot(live.state)
+        v1 = perturb(v0, 0.05, seed=7)
+        pub = ChainPublisher(tmp_path / "trainer", Identity.generate(), "test-net", anchor_interval=100)
+        assert pub.publish(v0).result_hash == live.hash
+        m = pub.publish(v1).items[-1]
+        store.put(m.blob, expected_id=m.manifest.blob.id)
+        plan = [m.manifest]
+        with live._lock:  # the confirm thread waits for it
+            miner.host.stage(Staged(1, m.manifest.result_hash, plan, miner.host.prepare(plan, store.get)))
+            assert [w.version for w in miner.host.switch()] == [1]
+            assert bits_equal(unique_state(miner.engine.model), v1)  # the engine runs the new version
+            assert bits_equal(live.state, v0)  # the live copy waits for the confirm thread
+        assert miner.host.settled(miner.active) and bits_equal(live.state, v1)
+    finally:
+        miner.close()
