@@ -325,7 +325,6 @@ class PatchApplier:
         ``staging``) are shared with the base and hashed from it."""
         assert self._header is not None
         if not self._hashing:  # decode only: nothing to copy or hash between segments
-            self._cursor = max(self._cursor, (ti, start))
             return
         cur_t, cur_off = self._cursor
         n = len(self._header.tensors)
@@ -442,8 +441,6 @@ class PatchApplier:
 
     def _hash_base(self, data: memoryview) -> None:
         """Hash ``data`` after whatever is still pending (segments being decoded come first)."""
-        if not self._hashing:
-            return
         if self._pending:
             self._pending.append(data)
         else:
