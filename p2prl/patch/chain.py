@@ -10,6 +10,7 @@ never drops an anchor that a retained delta's slow path needs.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -329,6 +330,7 @@ class ChainPublisher:
         self.result_hash: str | None = None
         self._state: dict[str, torch.Tensor] | None = None
         self.last_encode_s = 0.0  # the newest publish's diff and encode (for the node's status)
+        self._broken: BaseException | None = None  # a failed publish whose state could not be rebuilt
         self.manifests = self._resume()
 
     # persistence
@@ -387,7 +389,8 @@ class ChainPublisher:
         """Publish ``state`` (the trainer's bf16 weights) as the next version.
 
         ``state`` is read in place (it must not change until this returns); the chain's own copy of
-        the last version is brought up to it by writing the elements the patch changes, so a publish
+        the last version is brought up to it by writing the elements the patch changes, beside the
+        signing and storing (a failure there rebuilds the copy from the last commit), so a publish
         costs one read of both states and a pass over the changed elements, not a copy of the model.
         It runs in short GIL slices: beside the learner's thread, each of its thousands of short
         calls would otherwise wait for a 5 ms slice (p2prl/gilslices.py)."""
@@ -395,6 +398,8 @@ class ChainPublisher:
             return self._publish(state)
 
     def _publish(self, state: Mapping[str, torch.Tensor]) -> PublishedVersion:
+        if self._broken is not None:
+            raise PatchError(PatchReason.UNAVAILABLE, f"the chain could not be rebuilt: {self._broken}")
         delta = anchor = None
         t0 = time.monotonic()
         if self._state is None:
@@ -405,42 +410,73 @@ class ChainPublisher:
         else:
             v = (self.version or 0) + 1
             new = {k: t.detach().contiguous() for k, t in state.items()}
-            enc = PatchEncoder(self._state, new, zstd_level=self.zstd_level, base_hash=self.result_hash)
+            snapshot = self._state
+            enc = PatchEncoder(snapshot, new, zstd_level=self.zstd_level, base_hash=self.result_hash)
             dblob = b"".join(enc.segments())
             assert enc.result_hash is not None and self.result_hash is not None
             result_hash = enc.result_hash
-            m = PatchManifest(
-                version=v,
-                base_version=v - 1,
-                base_hash=self.result_hash,
-                result_hash=result_hash,
-                kind="delta",
-                codec=CODEC,
-                blob=blob_ref_for(dblob, self.chunk_size),
-                anchor_version=v - v % self.anchor_interval,
-            )
             self.last_encode_s = time.monotonic() - t0
-            delta = self._sign(m, dblob)
-            blob = encode_anchor(new) if v % self.anchor_interval == 0 else None
-        if blob is not None:
-            m = PatchManifest(
-                version=v,
-                base_version=v,
-                base_hash="",
-                result_hash=result_hash,
-                kind="anchor",
-                codec=ANCHOR_CODEC,
-                blob=blob_ref_for(blob, self.chunk_size),
-                anchor_version=v,
-            )
-            anchor = self._sign(m, blob)
-        if delta is not None:  # signed and stored: the copy of the last version moves on to this one
-            snapshot = self._state
-            assert snapshot is not None
-            _write_changes(snapshot, new, enc)
+            # the copy of the last version moves on to this one beside the signing and storing (it
+            # reads ``new`` and the encoder's changes, which those do not touch)
+            failed: list[BaseException] = []
+
+            def write() -> None:
+                try:
+                    _write_changes(snapshot, new, enc)
+                except BaseException as e:  # raised on the publishing thread below
+                    failed.append(e)
+
+            writer = threading.Thread(target=write, name="chain-copy")
+            writer.start()
+            try:
+                m = PatchManifest(
+                    version=v,
+                    base_version=v - 1,
+                    base_hash=self.result_hash,
+                    result_hash=result_hash,
+                    kind="delta",
+                    codec=CODEC,
+                    blob=blob_ref_for(dblob, self.chunk_size),
+                    anchor_version=v - v % self.anchor_interval,
+                )
+                delta = self._sign(m, dblob)
+                blob = encode_anchor(new) if v % self.anchor_interval == 0 else None
+                if blob is not None:
+                    anchor = self._sign(self._anchor_manifest(v, result_hash, blob), blob)
+            except BaseException:
+                writer.join()
+                self._rebuild()  # the copy moved on to a version that was not committed
+                raise
+            writer.join()
+            if failed:  # signed and stored, but the copy is not this version: start again from disk
+                self._rebuild()
+                raise failed[0]
+        if anchor is None and blob is not None:  # version 0
+            anchor = self._sign(self._anchor_manifest(v, result_hash, blob), blob)
         self.version, self.result_hash, self._state = v, result_hash, snapshot
         self._commit()
         return PublishedVersion(version=v, result_hash=result_hash, delta=delta, anchor=anchor)
+
+    def _anchor_manifest(self, v: int, result_hash: str, blob: bytes) -> PatchManifest:
+        return PatchManifest(
+            version=v,
+            base_version=v,
+            base_hash="",
+            result_hash=result_hash,
+            kind="anchor",
+            codec=ANCHOR_CODEC,
+            blob=blob_ref_for(blob, self.chunk_size),
+            anchor_version=v,
+        )
+
+    def _rebuild(self) -> None:
+        """The chain's copy and books as of the last commit (after a publish failed half-way); if
+        that cannot be read back either, the publisher refuses to publish again."""
+        try:
+            self.manifests = self._resume()
+        except BaseException as e:
+            self._broken = e
+            raise
 
     def prune(self) -> set[str]:
         """Apply retention to the publisher's own store and manifests; returns deleted blob ids."""

@@ -9,7 +9,7 @@ from p2prl.patch.hashing import weights_hash
 from p2prl.patch.manifests import ManifestError, ManifestStore, open_manifest
 from p2prl.protocol.blobs import MIN_CHUNK_SIZE
 from p2prl.protocol.messages import PatchManifest, encode_message
-from p2prl.store import BlobStore
+from p2prl.store import BlobStore, StoreError
 
 NET = "testnet"
 SHAPES = {"w": (48, 40), "b": (40,), "n": (40,)}
@@ -217,3 +217,25 @@ def test_the_chains_copy_follows_by_the_changed_elements_only(tmp_path, density)
         assert all(copy[k].data_ptr() != state[k].data_ptr() for k in state)
     _, got = Node(tmp_path / "n", published).sync(0, weights_hash(start), start, 3)
     assert bits_equal(got, state)
+
+
+def test_a_publish_that_fails_to_store_leaves_the_chain_at_its_last_commit(tmp_path):
+    """The chain's copy moves on beside the signing and storing; when storing fails (a store full of
+    pinned blobs) the publish raises, the publisher is back at its last committed version, bit for
+    bit, and the same state is published again as the next version, which a node follows."""
+    pub = _publisher(tmp_path / "t", anchor_interval=100)
+    published, states = _run(pub, 3)
+    before = {k: v.clone() for k, v in pub.state.items()}
+    bound = pub.store.max_bytes
+    pub.store.max_bytes = sum(pub.store._sizes.values())  # room for nothing more: every blob is pinned
+    nxt = perturb(states[-1], 0.2, seed=99)
+    with pytest.raises(StoreError, match="pinned"):
+        pub.publish(nxt)
+    assert pub.version == 2 and pub.result_hash == published[-1].result_hash
+    assert bits_equal(pub.state, before) and not bits_equal(pub.state, nxt)
+    assert pub.manifests.newest().version == 2
+    pub.store.max_bytes = bound
+    published.append(pub.publish(nxt))
+    assert published[-1].version == 3 and published[-1].delta.manifest.base_hash == published[2].result_hash
+    _, got = Node(tmp_path / "n", published).sync(0, published[0].result_hash, states[0], 3)
+    assert bits_equal(got, nxt) and bits_equal(pub.state, nxt)
