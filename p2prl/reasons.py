@@ -107,6 +107,9 @@ class VerdictReason(StrEnum):
     LOGPROB = "logprob"
     DISTRIBUTION_BATCH = "distribution_batch"  # the whole batch's tokens are: proof of another sampler
     SAMPLING = "sampling"  # tokens not drawn from their public uniforms: sharpened, re-drawn or picked
+    NOT_RECEIPTED = "not_receipted"  # a chained batch's Receipts do not list its previous batch (hard)
+    # a chained batch names a trainer's Receipts this validator does not hold (yet): soft
+    UNKNOWN_RECEIPTS = "unknown_receipts"
 
 
 # proof of misbehaviour (an honest miner never produces them): they zero the miner's score window
@@ -131,6 +134,7 @@ HARD_FAILURES: frozenset[str] = frozenset(
         VerdictReason.LOGPROB,
         VerdictReason.DISTRIBUTION_BATCH,
         VerdictReason.SAMPLING,
+        VerdictReason.NOT_RECEIPTED,
     }
 )
 # rejections that only drop the batch or group
@@ -161,6 +165,11 @@ class NodeDrop(StrEnum):
     MANIFEST = "manifest"
     S3_MANIFEST = "s3_manifest"
     HEARTBEAT_PEER_MISMATCH = "heartbeat_peer_mismatch"
+    # groups validated but trained by nobody: a chain start (its key chose its seed), or a chained
+    # batch whose previous batch this trainer did not receipt and accept, or whose receipt seeded one before
+    CHAIN_START = "chain_start"
+    UNCHAINED = "unchained"
+    RECEIPTS_FULL = "receipts_full"  # an announcement over the receipts' bound: receipted by no list
 
 
 class PatchReason(StrEnum):

@@ -22,11 +22,11 @@ WIRE = {
     VerdictReason: "ok blob_mismatch stale future_version unknown_version manifest_mismatch index_gap "
     "distribution not_checked unreachable batch_malformed batch_oversized batch_vocab header_mismatch group_count "
     "commitment_mismatch duplicate_index index_order group_size length prompt_mismatch reward duplicate "
-    "copied fingerprint logprob distribution_batch sampling",
+    "copied fingerprint logprob distribution_batch sampling not_receipted unknown_receipts",
     NodeDrop: "duplicate_announcement known_unfetchable signer_quota validator_queue_full "
     "validator_queue_evicted verdict_signer verdict_veto verdict_after_decision verdict_unknown_blob "
     "verdict_mismatch fetch_queue_full stale_rollouts vetoed_rollouts barred_rollouts manifest s3_manifest "
-    "heartbeat_peer_mismatch",
+    "heartbeat_peer_mismatch chain_start unchained receipts_full",
     PatchReason: "malformed unsupported wrong_base hash_mismatch bad_manifest unavailable bad_input",
 }
 
@@ -44,12 +44,12 @@ SETS = {
         HARD_FAILURES,
         "batch_malformed batch_oversized batch_vocab header_mismatch group_count commitment_mismatch "
         "duplicate_index index_order group_size length prompt_mismatch reward duplicate copied "
-        "fingerprint logprob distribution_batch sampling",
+        "fingerprint logprob distribution_batch sampling not_receipted",
     ),
     "soft": (
         SOFT_FAILURES,
         "blob_mismatch stale future_version unknown_version manifest_mismatch index_gap distribution "
-        "not_checked unreachable",
+        "not_checked unreachable unknown_receipts",
     ),
     "strike": (
         STRIKE_REASONS,

@@ -11,8 +11,10 @@ what an attacker announces, has it judged as a network judges it, and says what 
   trainer's token check (``rl.verify``) leaves it out; ``trained`` counts its tokens a step trained on.
 - ``copy_front_running``: a second key whose prompt matches the victim's copies the victim's least
   likely completion into its own honest batch and is judged first; counted is the victim's batch.
-- ``key_grinding_64``: 64 keys each mine an honest batch, the best is announced. Gain: its reward
-  over the keys' mean (the validator cannot tell; what it buys is the measured gain).
+- ``key_grinding_64``: 64 keys, each with a receipt (docs/PROTOCOL.md §14), each mine the batch it
+  seeds, the best is announced. Gain: the reward the trainer trains per batch of work, over an
+  honest miner's (the validator cannot tell which batch was kept; the 63 chains withheld cost a chain
+  start each before their keys are trained again); ``reward_gain``: the kept batch's reward alone.
 - ``soft_drop``: a group made unlikely on purpose (the least likely tokens, proved by the right
   model) so the validator drops it; caught when that costs a hard failure.
 """
@@ -49,12 +51,15 @@ class Ctx:
     indices: Callable[[], list[int]]
     group_size: int
 
-    def validator(self) -> RolloutValidator:
+    def validator(self, receipts: Callable[[str], frozenset[str] | None] | None = None) -> RolloutValidator:
         return RolloutValidator.for_model(
-            self.model, self.setup.tokenizer, self.setup.task, self.version, self.mh, config=self.config
+            self.model, self.setup.tokenizer, self.setup.task, self.version, self.mh, config=self.config,
+            receipts=receipts,
         )
 
-    def honest(self, key: bytes | None = None, idx: list[int] | None = None) -> PreparedBatch:
+    def honest(
+        self, key: bytes | None = None, idx: list[int] | None = None, chain: tuple[str, str] | None = None
+    ) -> PreparedBatch:
         from p2prl.rl.engine import HFEngine
 
         return mine_batch(
@@ -66,6 +71,7 @@ class Ctx:
             idx or self.indices(),
             self.group_size,
             self.setup.params,
+            chain,
         )
 
 
@@ -327,24 +333,38 @@ def copy_front_running(ctx: Ctx, attacker: bytes) -> Outcome:
 
 # -- key grinding -------------------------------------------------------------------------------------
 def key_grinding(ctx: Ctx, keys: int = GRIND_KEYS) -> Outcome:
-    """``keys`` keys mine the same prompt indices (each key derives its own problems and uniforms);
-    the best batch is announced."""
+    """``keys`` keys, each holding the trainer's receipt of an accepted batch (chains in standing:
+    a fresh key's batch is a chain start, trained by nobody), each mine the batch their receipt seeds;
+    the best is announced. Judged by a validator holding the trainer's list; the gain is what the
+    trainer trains per batch of work against an honest miner of the same keys: the best batch, for
+    its ``keys`` batches and the ``keys - 1`` chain starts that rebuild the chains it broke."""
     import hashlib
 
-    idx = ctx.indices()
+    from p2prl.protocol import receipt_id
+
+    idx = list(range(len(ctx.indices())))  # a chained batch's prompts are 0, 1, … of its seed
+    grinders = [hashlib.sha256(b"grind" + k.to_bytes(4, "big") + bytes(ctx.miner)).digest() for k in range(keys)]
+    prevs = [hashlib.sha256(b"prev" + key).hexdigest() for key in grinders]
+    digest = hashlib.sha256(b"the trainer's receipts list" + bytes(ctx.miner)).hexdigest()
+    listed = frozenset(receipt_id(key, prev) for key, prev in zip(grinders, prevs, strict=True))
     best, rewards = None, []
-    for k in range(keys):
-        key = hashlib.sha256(b"grind" + k.to_bytes(4, "big") + bytes(ctx.miner)).digest()
-        p = ctx.honest(key=key, idx=idx)
+    for key, prev in zip(grinders, prevs, strict=True):
+        p = ctx.honest(key=key, idx=idx, chain=(prev, digest))
         r = float(np.mean([ro.reward for g in p.batch.groups for ro in g.rollouts]))
         rewards.append(r)
         if best is None or r > best[0]:
             best = (r, key, p)
     assert best is not None
     r, key, prepared = best
-    v = ctx.validator().check(prepared.announcement, key, prepared.blob, ctx.version)
+    v = ctx.validator(receipts={digest: listed}.get).check(prepared.announcement, key, prepared.blob, ctx.version)
     mean = float(np.mean(rewards))
-    return _outcome(v, prepared, gain=r / mean if mean else 1.0)
+    work = 2 * keys - 1  # batches mined, then the chain starts that rebuild the chains withheld
+    return _outcome(
+        v,
+        prepared,
+        gain=r / (work * mean) if mean else 0.0,
+        extra={"reward_gain": r / mean if mean else 1.0, "batches_of_work": float(work), "trained_batches": 1.0},
+    )
 
 
 # -- a group dropped at will --------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,20 @@ def _announcement(
         commitment_root=commitment_root(batch),
     )
     return ann, batch.miner, "none found: rebuilt unsigned from the blob's header (commitment not checked)"
+
+
+def _receipts(data_dir: Path, sg: Any, digest: str) -> frozenset[str] | None:
+    """The entries of the trainer's receipts list of ``digest`` in the node's journal (a chained
+    batch's seed is read from it), verified as the genesis trainer's; None when not journaled."""
+    from p2prl.node import JOURNAL_DIR, find_by_digest
+    from p2prl.protocol import Receipts, decode_message
+
+    raw = find_by_digest(data_dir / JOURNAL_DIR, Receipts.TYPE, digest)
+    if raw is None:
+        return None
+    _, msg = decode_message(raw, sg.network_id, expected_type=Receipts.TYPE, allowed_signers={sg.trainer_key})
+    assert isinstance(msg, Receipts)
+    return frozenset(msg.entries)
 
 
 def _model_for(g: Any, version: int, data_dir: Path, model_dir: Path | None, cache: Path, weights: Path | None) -> Any:
@@ -145,7 +160,12 @@ def verify(
         cfg, _ = calibrate_tolerances(model, tok, task, params, held_hash, cfg)
         cfg = replace(cfg, contiguous_indices=False)
     checker = RolloutValidator(
-        lambda v: (held_hash, model) if v == ann.version else None, tok, task, cfg, position_secret=secret or None
+        lambda v: (held_hash, model) if v == ann.version else None,
+        tok,
+        task,
+        cfg,
+        position_secret=secret or None,
+        receipts=partial(_receipts, data_dir, sg),
     )
     bv = checker.check(ann, miner, blob, ann.version if current_version is None else current_version)
     stats = bv.stats.to_dict()

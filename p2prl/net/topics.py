@@ -9,7 +9,7 @@ HEARTBEATS = "heartbeats"
 
 # topic kind -> envelope types that may travel on it (anything else is dropped as "wrong_topic")
 TOPIC_TYPES: dict[str, frozenset[str]] = {
-    MANIFESTS: frozenset({"patch_manifest", "genesis"}),
+    MANIFESTS: frozenset({"patch_manifest", "genesis", "receipts"}),
     ROLLOUTS: frozenset({"rollout_announcement"}),
     VERDICTS: frozenset({"verdict", "scores"}),
     HEARTBEATS: frozenset({"heartbeat"}),

@@ -9,7 +9,7 @@ from p2prl.lazyexports import lazy_exports
 
 if TYPE_CHECKING:
     from p2prl.node.run import run_node
-    from p2prl.node.runtime.journal import JOURNAL_DIR, find_envelopes
+    from p2prl.node.runtime.journal import JOURNAL_DIR, find_by_digest, find_envelopes
     from p2prl.node.runtime.role import NodeStartError
     from p2prl.node.setup.config import ENV_PREFIX, ConfigError, NodeConfig, load_config
     from p2prl.node.setup.genesis import GenesisError, read_genesis, write_genesis
@@ -34,6 +34,7 @@ __all__ = [
     "NodeConfig",
     "NodeStartError",
     "describe_model",
+    "find_by_digest",
     "find_envelopes",
     "genesis_from_spec",
     "init_network",

@@ -77,6 +77,14 @@ class RolloutBatch:
     miner: bytes
     groups: list[GroupRecord]
     sketch_dim: int = SKETCH_DIM
+    # the public seed of its prompts and uniforms when it is not ``manifest_hash`` (a chained batch's
+    # ``chain_seed``, from its announcement: not part of the blob, set by whoever read the announcement)
+    seed: str = ""
+
+    @property
+    def prompt_seed(self) -> str:
+        """The hex seed its prompts (``derive_seed``) and uniforms (``sample_key``) derive from."""
+        return self.seed or self.manifest_hash
 
     @property
     def n_rollouts(self) -> int:
@@ -225,7 +233,7 @@ def rollout_group(batch: RolloutBatch, gi: int, problem: Any = None) -> Any:
     ]
     return RolloutGroup(
         g.prompt_ids.tolist(), rolls, batch.version, batch.miner.hex(), problem, index=g.index,
-        manifest_hash=batch.manifest_hash,
+        manifest_hash=batch.prompt_seed,
     )
 
 
@@ -280,12 +288,14 @@ def build_batch(
     miner_key: bytes,
     groups: Sequence[tuple[int, Sequence[int], Sequence[Any], Sequence[float]]],
     m: int = SKETCH_DIM,
+    seed: str = "",
 ) -> RolloutBatch:
-    """A miner's batch from ``(prompt index, prompt ids, engine samples, rewards)`` per group."""
+    """A miner's batch from ``(prompt index, prompt ids, engine samples, rewards)`` per group
+    (``seed``: a chained batch's, when its prompts do not derive from ``manifest_hash``)."""
     out = []
     for index, prompt_ids, samples, rewards in groups:
         if len(samples) != len(rewards):
             raise ValueError("one reward per sample")
         recs = [record_from_sample(s, r, manifest_hash, m) for s, r in zip(samples, rewards, strict=True)]
         out.append(GroupRecord(index=int(index), prompt_ids=_ids(prompt_ids), rollouts=recs))
-    return RolloutBatch(version, manifest_hash, bytes(miner_key), out, m)
+    return RolloutBatch(version, manifest_hash, bytes(miner_key), out, m, seed)

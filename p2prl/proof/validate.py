@@ -42,6 +42,8 @@ from p2prl.protocol import (
     ProofSpec,
     RolloutAnnouncement,
     Verdict,
+    chain_seed,
+    receipt_id,
 )
 from p2prl.reasons import HARD_FAILURES
 from p2prl.reasons import VerdictReason as R
@@ -322,16 +324,20 @@ class RolloutValidator:
         config: ValidatorConfig,
         position_secret: bytes | None = None,
         started_at: int | None = None,
+        receipts: Callable[[str], frozenset[str] | None] | None = None,
     ) -> None:
         self.versions = versions
+        # the entries of the trainer's ``Receipts`` of a digest, when held: what a chained batch's
+        # seed is read from (none: chained batches are not judged, ``unknown_receipts``)
+        self.receipts = receipts
         self.tokenizer = tokenizer
         self.task = task
         self.config = config
         self.position_secret = position_secret if position_secret is not None else os.urandom(32)
         self.seen = SeenIndex(self.config.seen_capacity)
-        # (version, miner, prompt index) already accepted: a miner earns each derived prompt once
-        self.used_slots: LRU[tuple[int, bytes, int], None] = LRU(self.config.seen_capacity)
-        # (version, miner) -> the next prompt index a batch of that miner must start at
+        # (prompt seed, miner, prompt index) already accepted: a miner earns each derived prompt once
+        self.used_slots: LRU[tuple[str, bytes, int], None] = LRU(self.config.seen_capacity)
+        # (version, miner) -> the next prompt index a chain start of that miner must start at
         self.next_index: LRU[tuple[int, bytes], int] = LRU(self.config.seen_capacity)
         # the current version when this validator started (default: at its first batch of a version it
         # holds, so a node still catching up does not count as started); it saw the
@@ -371,6 +377,9 @@ class RolloutValidator:
         manifest_hash, model = held
         if manifest_hash != ann.manifest_hash:
             return unread(R.MANIFEST_MISMATCH)
+        seed = self.seed_of(ann, miner_key)
+        if seed in (R.UNKNOWN_RECEIPTS, R.NOT_RECEIPTED):
+            return reject_all(n, seed, hard=seed in HARD_FAILURES)
         if self.started_at is None:  # the first batch it can judge: a validator still catching up
             self.started_at = current_version  # must not expect versions begun before from index 0
         try:
@@ -383,6 +392,8 @@ class RolloutValidator:
             or batch.miner != miner_key
         ):
             return unread(R.HEADER_MISMATCH, hard=True)
+        if ann.chained:
+            batch.seed = seed
         if len(batch.groups) != n:
             return unread(R.GROUP_COUNT, hard=True)
         if commitment_root(batch) != ann.commitment_root:
@@ -392,13 +403,29 @@ class RolloutValidator:
             return reject_all(n, order, hard=order in HARD_FAILURES)
         return self._check_groups(batch, model, ann.blob.id)
 
+    def seed_of(self, ann: RolloutAnnouncement, miner_key: bytes) -> str:
+        """The public seed of an announced batch's prompts and uniforms: a chain start's manifest
+        hash, a chained batch's ``chain_seed`` once the trainer's ``Receipts`` it names are held and
+        list its previous batch under this key (else ``unknown_receipts``, soft, or ``not_receipted``,
+        hard: a key claiming a receipt it was not given chooses its seed)."""
+        if not ann.chained:
+            return ann.manifest_hash
+        entries = self.receipts(ann.receipts) if self.receipts is not None else None
+        if entries is None:
+            return R.UNKNOWN_RECEIPTS
+        if receipt_id(miner_key, ann.prev) not in entries:
+            return R.NOT_RECEIPTED
+        return chain_seed(ann.receipts, ann.prev)
+
     def pass_over(self, announcement: RolloutAnnouncement, miner_key: bytes) -> None:
         """Advance the miner's expected prompt index past an announced batch this validator could not
         read (not fetched, not decodable, or of a version it did not hold): the ``groups`` its signed
         announcement names count as used, so the miner's next batch is judged on its own and a fault
         of the network or of this validator costs that one batch (docs/PROTOCOL.md, "Index
         continuity"). A version this validator did not see begin is left alone: the next batch it
-        reads sets the start."""
+        reads sets the start. A chained batch has prompts of its own: nothing to bridge."""
+        if announcement.chained:
+            return
         key = (announcement.version, miner_key)
         expected = self.next_index.get(key)
         if expected is None:
@@ -419,11 +446,13 @@ class RolloutValidator:
         first = batch.groups[0].index
         if [g.index for g in batch.groups] != list(range(first, first + len(batch.groups))):
             return R.INDEX_ORDER
+        if batch.seed:  # a chained batch's seed is its own: its prompts are 0, 1, … of it
+            return R.OK if first == 0 else R.INDEX_ORDER
         key = (batch.version, batch.miner)
         # a version that began before this validator started: its first batch of a miner sets the start
         since = 0 if self.started_at is None or batch.version > self.started_at else first
         expected = self.next_index.get(key, since)
-        if first > expected or (first < expected and (*key, first) not in self.used_slots):
+        if first > expected or (first < expected and (batch.prompt_seed, batch.miner, first) not in self.used_slots):
             return R.INDEX_GAP
         self.next_index.put(key, max(expected, first + len(batch.groups)))
         return R.OK
@@ -473,7 +502,7 @@ class RolloutValidator:
         problems: list[Any] = [None] * len(batch.groups)
         seen_idx: set[int] = set()
         for gi, g in enumerate(batch.groups):
-            slot = (batch.version, batch.miner, g.index)
+            slot = (batch.prompt_seed, batch.miner, g.index)
             if g.index in seen_idx or slot in self.used_slots:
                 reasons[gi] = R.DUPLICATE_INDEX
                 continue
@@ -481,7 +510,7 @@ class RolloutValidator:
             if len(g.rollouts) != cfg.generation.group_size:
                 reasons[gi] = R.GROUP_SIZE
                 continue
-            problem = self.task.problem(derive_seed(batch.manifest_hash, batch.miner, g.index))
+            problem = self.task.problem(derive_seed(batch.prompt_seed, batch.miner, g.index))
             problems[gi] = problem
             if self.tokenizer.encode_prompt(problem.prompt) != g.prompt_ids.tolist():
                 reasons[gi] = R.PROMPT_MISMATCH
@@ -690,7 +719,7 @@ class RolloutValidator:
                 self.seen.add(key, batch.miner, blob_id)
         for g, gv in zip(batch.groups, verdict.groups, strict=True):
             if gv.accepted:
-                self.used_slots[(batch.version, batch.miner, g.index)] = None
+                self.used_slots[(batch.prompt_seed, batch.miner, g.index)] = None
         return verdict
 
     def _verdict(
@@ -753,7 +782,7 @@ class RolloutValidator:
         for gi, ri in todo:
             g, r = batch.groups[gi], batch.groups[gi].rollouts[ri]
             pos = self._positions(blob_id, gi, ri, len(r.completion_ids))
-            u = uniforms(sample_key(batch.manifest_hash, batch.miner, g.index, ri), len(r.completion_ids))
+            u = uniforms(sample_key(batch.prompt_seed, batch.miner, g.index, ri), len(r.completion_ids))
             jobs.append(Job(g.prompt_ids, r.completion_ids, r.logprobs, r.sketches, pos, u))
         gen = cfg.generation
         return iter_rollout_stats(

@@ -9,6 +9,7 @@ from p2prl.protocol.blobs import (
     blob_ref_for,
     chunk_spans,
 )
+from p2prl.protocol.chains import chain_seed, receipt_id
 from p2prl.protocol.fields import is_hex
 from p2prl.protocol.messages import (
     DEFAULT_MAX_STALENESS,
@@ -19,6 +20,7 @@ from p2prl.protocol.messages import (
     Message,
     MessageError,
     PatchManifest,
+    Receipts,
     RolloutAnnouncement,
     Scores,
     Verdict,
@@ -58,14 +60,17 @@ __all__ = [
     "PatchSpec",
     "PromptSpec",
     "ProofSpec",
+    "Receipts",
     "RolloutAnnouncement",
     "S3Spec",
     "Scores",
     "TaskSpec",
     "Verdict",
     "blob_ref_for",
+    "chain_seed",
     "chunk_spans",
     "decode_message",
     "encode_message",
     "is_hex",
+    "receipt_id",
 ]

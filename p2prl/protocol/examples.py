@@ -14,12 +14,14 @@ from dataclasses import dataclass, replace
 
 from p2prl.crypto import Identity, canonical_bytes
 from p2prl.protocol.blobs import blob_ref_for
+from p2prl.protocol.chains import receipt_id
 from p2prl.protocol.messages import (
     Genesis,
     GroupVerdict,
     Heartbeat,
     Message,
     PatchManifest,
+    Receipts,
     RolloutAnnouncement,
     Scores,
     Verdict,
@@ -71,6 +73,7 @@ def examples() -> Iterator[Example]:
     """One signed envelope of each message type, in the order of the spec's type table."""
     patch_ref = blob_ref_for(b"\x00" * 40_000, 16 * 1024)
     rollouts_ref = blob_ref_for(b"rollouts" * 1000, 1 << 20)
+    earlier_ref = blob_ref_for(b"earlier rollouts" * 500, 1 << 20)  # the miner's previous batch
     messages: list[tuple[str, Identity, Message]] = [
         (
             "trainer",
@@ -106,6 +109,15 @@ def examples() -> Iterator[Example]:
             ),
         ),
         (
+            "trainer",
+            TRAINER,
+            Receipts(
+                entries=tuple(sorted({receipt_id(MINER.public_key, earlier_ref.id), _h("another key's batch")[:32]})),
+                nonce=_h("nonce")[:32],
+                created_ms=CREATED_MS,
+            ),
+        ),
+        (
             "miner",
             MINER,
             RolloutAnnouncement(
@@ -115,6 +127,8 @@ def examples() -> Iterator[Example]:
                 groups=2,
                 commitment_root=_h("commitments"),
                 created_ms=CREATED_MS,
+                prev=earlier_ref.id,
+                receipts="0" * 64,  # replaced below by the digest of the receipts above
             ),
         ),
         (
@@ -151,13 +165,17 @@ def examples() -> Iterator[Example]:
             ),
         ),
     ]
-    judged = ""
+    judged = receipted = ""
     for who, ident, msg in messages:
         if isinstance(msg, Verdict):  # it judged the announcement envelope made just before
             msg = replace(msg, announcement=judged)
+        if isinstance(msg, RolloutAnnouncement):  # chained on the receipts envelope made just before
+            msg = replace(msg, receipts=receipted)
         raw = encode_message(ident, NETWORK, msg)
         if isinstance(msg, RolloutAnnouncement):
             judged = hashlib.sha256(raw).hexdigest()
+        if isinstance(msg, Receipts):
+            receipted = hashlib.sha256(raw).hexdigest()
         yield Example(who, msg, raw)
 
 

@@ -206,14 +206,23 @@ class RolloutAnnouncement:
     MAX_BYTES: ClassVar[int] = 64 * 1024
 
     version: int
-    manifest_hash: str  # result_hash of the version used: the public seed of prompts and proofs
+    manifest_hash: str  # result_hash of the version used: its weights, and a chain start's public seed
     blob: BlobRef
     groups: int
     commitment_root: str  # sha256 hex over the fingerprint commitments
     created_ms: int = field(default_factory=now_ms)
+    # a chained batch: the blob id of this key's previous batch and the digest of the trainer's
+    # ``Receipts`` that listed it; its prompts and uniforms are seeded by ``chain_seed`` of the two.
+    # Both empty: a chain start, seeded by ``manifest_hash`` (trained by nobody: docs/PROTOCOL.md §14)
+    prev: str = ""
+    receipts: str = ""
+
+    @property
+    def chained(self) -> bool:
+        return bool(self.prev)
 
     def to_body(self) -> dict[str, Any]:
-        return {
+        body = {
             "version": self.version,
             "manifest_hash": self.manifest_hash,
             "blob": self.blob.to_body(),
@@ -221,9 +230,13 @@ class RolloutAnnouncement:
             "commitment_root": self.commitment_root,
             "created_ms": self.created_ms,
         }
+        if self.prev or self.receipts:
+            body["prev"], body["receipts"] = self.prev, self.receipts
+        return body
 
     @classmethod
     def from_body(cls, b: dict[str, Any]) -> RolloutAnnouncement:
+        chained = "prev" in b or "receipts" in b
         return cls(
             version=int_field(b, "version", 0, MAX_VERSION),
             manifest_hash=hex_field(b, "manifest_hash", 32),
@@ -231,7 +244,37 @@ class RolloutAnnouncement:
             groups=int_field(b, "groups", 1, 4096),
             commitment_root=hex_field(b, "commitment_root", 32),
             created_ms=int_field(b, "created_ms"),
+            prev=hex_field(b, "prev", 32) if chained else "",
+            receipts=hex_field(b, "receipts", 32) if chained else "",
         )
+
+
+@dataclass(frozen=True)
+class Receipts:
+    """The trainer's receipts of the rollout announcements it received since its last ``Receipts``
+    (``protocol.chains.receipt_id`` of signer and blob id, sorted, distinct). Sent every few seconds
+    whether or not the trainer trained, so chains never wait on a version; the random ``nonce`` makes
+    the envelope's digest, which seeds each receipted key's next batch, unforeseeable."""
+
+    TYPE: ClassVar[str] = "receipts"
+    MAX_BYTES: ClassVar[int] = 192 * 1024
+    MAX_ENTRIES: ClassVar[int] = 4096
+
+    entries: tuple[str, ...]
+    nonce: str
+    created_ms: int = field(default_factory=now_ms)
+
+    def to_body(self) -> dict[str, Any]:
+        return {"entries": list(self.entries), "nonce": self.nonce, "created_ms": self.created_ms}
+
+    @classmethod
+    def from_body(cls, b: dict[str, Any]) -> Receipts:
+        entries = list_field(b, "entries", cls.MAX_ENTRIES)
+        if not all(is_hex(e, 16) for e in entries):
+            raise bad_body("entries must be 16-byte receipt ids")
+        if entries != sorted(set(entries)):
+            raise bad_body("entries must be sorted and distinct")
+        return cls(entries=tuple(entries), nonce=hex_field(b, "nonce", 16), created_ms=int_field(b, "created_ms"))
 
 
 @dataclass(frozen=True)
@@ -405,9 +448,9 @@ class Heartbeat:
 
 
 MESSAGE_TYPES: dict[str, Any] = {
-    t.TYPE: t for t in (Genesis, PatchManifest, RolloutAnnouncement, Verdict, Scores, Heartbeat)
+    t.TYPE: t for t in (Genesis, PatchManifest, RolloutAnnouncement, Receipts, Verdict, Scores, Heartbeat)
 }
-Message = Genesis | PatchManifest | RolloutAnnouncement | Verdict | Scores | Heartbeat
+Message = Genesis | PatchManifest | RolloutAnnouncement | Receipts | Verdict | Scores | Heartbeat
 
 
 def encode_message(identity: Identity, network: str, msg: Message) -> bytes:

@@ -31,7 +31,8 @@ class RolloutGroup:
     problem: Problem | None = None
     extra: dict[str, object] = field(default_factory=dict)
     # whose public uniforms the rollouts followed (rl.sampling): the miner's prompt index and the
-    # version's manifest hash; -1 / "" for groups a local run made without them
+    # seed of its prompts and uniforms (the version's manifest hash, or a chained batch's seed);
+    # -1 / "" for groups a local run made without them
     index: int = -1
     manifest_hash: str = ""
 

@@ -34,8 +34,10 @@ def test_attacks_run_and_are_judged(world: World) -> None:
     assert out.hard and out.accepted == 0, out.reasons
     out = copy_front_running(ctx, OTHER_MINER)
     assert not out.hard and out.accepted == out.n, out
-    out = key_grinding(ctx, keys=3)
-    assert not out.hard and out.accepted == out.n and out.gain is not None and out.gain >= 1.0
+    out = key_grinding(ctx, keys=3)  # accepted (a validator cannot tell), but each kept batch costs the rest
+    assert not out.hard and out.accepted == out.n and out.gain is not None
+    assert out.extra["reward_gain"] >= 1.0 and out.extra["batches_of_work"] == 5
+    assert out.gain <= out.extra["reward_gain"] / 5 + 1e-12  # one trained batch for five of work
     out = steer_in_margin(dataclasses.replace(ctx, config=dataclasses.replace(ctx.config, sampling_margin=0.0)))
     assert out.gain == 1.0 and out.accepted == out.n  # no margin, no choice: the honest draw
 

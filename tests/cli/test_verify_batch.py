@@ -46,14 +46,14 @@ def setup(model_cache, tmp_path_factory):
     return root, sg, miner, path, tok, task
 
 
-def mine(setup, model, data_dir: Path, journal: bool) -> tuple[str, bytes]:
+def mine(setup, model, data_dir: Path, journal: bool, chain: tuple[str, str] | None = None) -> tuple[str, bytes]:
     _, sg, miner, _, tok, task = setup
     g = sg.genesis
     gen = g.generation
     params = GenerationParams(gen.max_new_tokens, gen.temperature, gen.top_p)
     prepared = mine_batch(
         HFEngine(model, tok), task, 0, g.model.weights_hash, miner.public_key,
-        list(range(gen.groups_per_batch)), gen.group_size, params,
+        list(range(gen.groups_per_batch)), gen.group_size, params, chain,
     )  # fmt: skip
     BlobStore(data_dir / "blobs").put(prepared.blob)
     envelope = encode_message(miner, NET, prepared.announcement)
@@ -108,3 +108,25 @@ def test_a_missing_blob_is_a_usage_error(setup, model_cache, tmp_path) -> None:
     root, *_ = setup
     res = run(root, tmp_path, "ab" * 32, model_cache)
     assert res.exit_code == 2 and "not in" in res.output
+
+
+def test_a_chained_batch_is_judged_on_the_journaled_receipts_it_follows(setup, model_cache, tmp_path) -> None:
+    """A chained batch's prompts come from the trainer's receipts list it names (docs/PROTOCOL.md §14):
+    verified from the node's journal; without the list the batch cannot be judged (soft)."""
+    import hashlib
+
+    from p2prl.protocol import Receipts, receipt_id
+
+    root, _, miner, *_ = setup
+    trainer = Identity(bytes([1]) * 32)  # the genesis trainer's key (the fixture's)
+    prev = "7a" * 32
+    raw = encode_message(trainer, NET, Receipts(entries=(receipt_id(miner.public_key, prev),), nonce="00" * 16))
+    digest = hashlib.sha256(raw).hexdigest()
+    model = load_weights_model(setup[3])
+    blob_id, _ = mine(setup, model, tmp_path, journal=True, chain=(prev, digest))
+    res = run(root, tmp_path, blob_id, model_cache, "--no-calibrate")
+    assert res.exit_code == 1 and {g["reason"] for g in json.loads(res.output)["groups"]} == {"unknown_receipts"}
+    Journal(tmp_path / JOURNAL_DIR, 1 << 20).record("in", raw)
+    res = run(root, tmp_path, blob_id, model_cache, "--no-calibrate")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["accepted_groups"] == 8

@@ -66,10 +66,11 @@ class World:
         indices: tuple[int, ...] = (0, 1),
         batch: int = 8,
         seed: int = 5,
+        chain: tuple[str, str] | None = None,
     ) -> PreparedBatch:
         eng = HFEngine(model if model is not None else self.model, self.tok, max_batch=batch)
         params = GenerationParams(PARAMS.max_new_tokens, PARAMS.temperature, PARAMS.top_p, seed)
-        return mine_batch(eng, self.task, VERSION, MH, key, list(indices), GROUP, params)
+        return mine_batch(eng, self.task, VERSION, MH, key, list(indices), GROUP, params, chain)
 
 
 def make_world() -> World:

@@ -2,8 +2,10 @@
 
 Threads: the message pump (manifests in, verdicts for our own counters), the sync thread (stages
 the next version), and the generation loop, which switches to a staged version only between
-batches. Per version it numbers its prompts 0, 1, 2, … (``derive_seed(manifest hash, key, index)``)
-and persists the next index, so a restart never re-announces a prompt it already used.
+batches. A batch follows the trainer's receipt of one of its earlier batches when it has one (its
+prompts and uniforms seeded by ``chain_seed``, numbered 0, 1, …: ``chains.Chains``); else it is a
+chain start, whose prompts are numbered per version 0, 1, 2, … (``derive_seed(manifest hash, key,
+index)``) with the next index persisted, so a restart never re-announces a prompt it already used.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 
 from p2prl.atomicfile import write_atomic
 from p2prl.net import Incoming
+from p2prl.node.miner.chains import Chains
 from p2prl.node.miner.rejectlog import RejectionLog
 from p2prl.node.runtime.pump import Handlers
 from p2prl.node.runtime.role import RoleEnv
@@ -28,7 +31,15 @@ from p2prl.node.weights.start import open_synced_role
 from p2prl.node.weights.sync import WeightSync
 from p2prl.node.weights.version import Weights
 from p2prl.proof import build_batch, commitment_root, encode_batch, sample_keys
-from p2prl.protocol import PatchManifest, RolloutAnnouncement, Scores, Verdict, blob_ref_for
+from p2prl.protocol import (
+    PatchManifest,
+    Receipts,
+    RolloutAnnouncement,
+    Scores,
+    Verdict,
+    blob_ref_for,
+    chain_seed,
+)
 from p2prl.rl import derive_seed
 
 log = logging.getLogger(__name__)
@@ -52,6 +63,8 @@ class Miner:
         self._last_batch = 0.0
         self._index_file = self.dir / "next_index.json"
         self._rejections = RejectionLog(local_network=env.settings.local_network)
+        self.chains = Chains(env.identity.public_key)
+        self._made: dict[int, int] = {}  # version -> batches announced on it by this process
 
     # -- state ------------------------------------------------------------------
     # The weights the engine generates with for a version; None: the version's own (the host then
@@ -72,6 +85,12 @@ class Miner:
         except (OSError, ValueError, KeyError, TypeError):
             pass
         return 0
+
+    def _made_at(self, version: int) -> int:
+        """Batches made on ``version``: counted here, and for chain starts also from the persisted
+        prompt index (a restart does not make the version's quota again)."""
+        starts = self._next_index(version) // self.env.g.generation.groups_per_batch
+        return max(starts, self._made.get(version, 0))
 
     def _save_index(self, version: int, nxt: int) -> None:
         write_atomic(self._index_file, json.dumps({"version": version, "next": nxt}).encode())
@@ -109,7 +128,7 @@ class Miner:
             step = next_step(
                 batches=self.batches,
                 max_batches=env.settings.max_batches,
-                made=self._next_index(self.active.version) // env.g.generation.groups_per_batch,
+                made=self._made_at(self.active.version),
                 per_version=env.settings.batches_per_version,
                 idle_s=time.monotonic() - self._last_batch,
                 verified=self.active.verified,
@@ -135,15 +154,21 @@ class Miner:
         mhash = self.manifest_hash(w)
         key = env.identity.public_key
         n_groups, g_size = env.g.generation.groups_per_batch, env.g.generation.group_size
-        first = self._next_index(w.version)
-        self._save_index(w.version, first + n_groups)  # reserve before use: a crash never reuses
-        indices = list(range(first, first + n_groups))
-        problems = [self.task.problem(derive_seed(mhash, key, i)) for i in indices]
+        slot = self.chains.take()  # the receipt this batch follows; None: a chain start
+        if slot is not None:
+            seed = chain_seed(slot[1], slot[0])
+            indices = list(range(n_groups))
+        else:
+            seed = mhash
+            first = self._next_index(w.version)
+            self._save_index(w.version, first + n_groups)  # reserve before use: a crash never reuses
+            indices = list(range(first, first + n_groups))
+        problems = [self.task.problem(derive_seed(seed, key, i)) for i in indices]
         prompts = [self.tok.encode_prompt(p.prompt) for p in problems]
         t0 = time.monotonic()
-        seed = int.from_bytes(derive_seed(mhash, key, first)[:4], "big")
-        keys = sample_keys(mhash, key, indices, g_size)
-        samples = self.engine.generate(prompts, g_size, generation_params(env, seed), keys)
+        engine_seed = int.from_bytes(derive_seed(seed, key, indices[0])[:4], "big")
+        keys = sample_keys(seed, key, indices, g_size)
+        samples = self.engine.generate(prompts, g_size, generation_params(env, engine_seed), keys)
         gen_s = time.monotonic() - t0
         groups, total, count, tokens = [], 0.0, 0, 0
         for i, p, ids, ss in zip(indices, problems, prompts, samples, strict=True):
@@ -155,8 +180,10 @@ class Miner:
         if not self.host.settled(w):  # made with a version that did not hash as promised: never sent
             env.status.incr_label("batch_failed", "weights_unconfirmed")
             log.warning("batch of v%d dropped: the version did not hash to its manifest's result hash", w.version)
+            if slot is not None:
+                self.chains.give_back(slot)
             return None
-        batch = build_batch(w.version, mhash, key, groups)
+        batch = build_batch(w.version, mhash, key, groups, seed=seed if slot is not None else "")
         data = encode_batch(batch)
         chunk = env.g.patch.chunk_size
         ref = blob_ref_for(data, chunk_size=max(16 * 1024, min(chunk, 16 * 1024 * 1024)))
@@ -172,9 +199,16 @@ class Miner:
             blob=ref,
             groups=len(groups),
             commitment_root=commitment_root(batch),
+            prev=slot[0] if slot is not None else "",
+            receipts=slot[1] if slot is not None else "",
         )
+        self.chains.announced(ref.id)  # before it is sent: the receipt may come back at once
         env.publish("rollouts", ann)
         self.batches += 1
+        self._made[w.version] = self._made.get(w.version, 0) + 1
+        for v in [v for v in self._made if v < w.version - 8]:
+            del self._made[v]
+        env.status.incr_label("batches", "chained" if slot is not None else "chain_start")
         self._last_batch = time.monotonic()
         st = env.status
         st.incr("groups_produced", len(groups))
@@ -202,6 +236,7 @@ class Miner:
         return (
             Handlers()
             .on(PatchManifest, self.sync.on_manifest)
+            .on(Receipts, self.chains.on_receipts)
             .on(Verdict, self.on_verdict)
             .on(Scores, self.on_scores)
         )

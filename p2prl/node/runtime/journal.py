@@ -24,11 +24,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from p2prl.protocol import RolloutAnnouncement, Scores, Verdict
+from p2prl.protocol import Receipts, RolloutAnnouncement, Scores, Verdict
 
 log = logging.getLogger(__name__)
 
-JOURNALED = frozenset({RolloutAnnouncement.TYPE, Verdict.TYPE, Scores.TYPE})
+JOURNALED = frozenset({RolloutAnnouncement.TYPE, Receipts.TYPE, Verdict.TYPE, Scores.TYPE})
 SEGMENT_GLOB = "journal-*.jsonl"
 JOURNAL_DIR = "journal"
 
@@ -118,6 +118,17 @@ def find_envelopes(directory: str | Path, blob_id: str, typ: str) -> list[bytes]
         for r in read_journal(directory)
         if r.get("type") == typ and r.get("blob_id") == blob_id
     ]
+
+
+def find_by_digest(directory: str | Path, typ: str, digest: str) -> bytes | None:
+    """The journaled envelope of type ``typ`` whose SHA-256 is ``digest`` (a trainer's receipts list a
+    chained batch names), or None (unverified bytes)."""
+    for r in read_journal(directory):
+        if r.get("type") == typ:
+            raw = bytes.fromhex(r["envelope"])
+            if hashlib.sha256(raw).hexdigest() == digest:
+                return raw
+    return None
 
 
 class JournaledPort:

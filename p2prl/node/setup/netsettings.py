@@ -9,14 +9,16 @@ from p2prl.crypto import Identity
 from p2prl.net import NetConfig, RelayBounds, S3Config, peer_id_for, peer_id_of_public_key
 from p2prl.node.setup.config import NodeConfig
 from p2prl.node.setup.genesis import SignedGenesis
-from p2prl.protocol import Genesis, PatchManifest, S3Spec, Scores, Verdict
+from p2prl.protocol import Genesis, PatchManifest, Receipts, S3Spec, Scores, Verdict
 
 
 def allowed_signers(sg: SignedGenesis) -> dict[str, set[bytes]]:
-    """Who may sign what: manifests and genesis the trainer, verdicts and scores the genesis validators."""
+    """Who may sign what: manifests, receipts and genesis the trainer, verdicts and scores the genesis
+    validators."""
     validators = set(sg.validator_keys)
     return {
         PatchManifest.TYPE: {sg.trainer_key},
+        Receipts.TYPE: {sg.trainer_key},
         Genesis.TYPE: {sg.trainer_key},
         Verdict.TYPE: validators,
         Scores.TYPE: validators,

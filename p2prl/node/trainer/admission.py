@@ -139,6 +139,9 @@ class Intake:
                 if everyone:
                     del self.pending[key]  # judged by all, accepted by none
                 continue
+            prev = p.held.ann.prev
+            if prev and (p.held.miner, prev) in self.pending and not everyone:
+                continue  # a chained batch waits for the decision on the batch it follows
             if everyone or now - p.since >= self.wait_s:
                 del self.pending[key]
                 self._decide(key, vetoed=False)
@@ -148,6 +151,10 @@ class Intake:
 
     def vetoed(self, miner: str, blob_id: str) -> bool:
         return bool(self.done.get((miner, blob_id)))
+
+    def accepted(self, miner: str, blob_id: str) -> bool:
+        """Released for training (an accepting verdict, no veto): a batch a chained one may follow."""
+        return self.done.get((miner, blob_id)) is False
 
     def _decide(self, key: Key, vetoed: bool) -> None:
         self.done[key] = vetoed or self.done.get(key, False)

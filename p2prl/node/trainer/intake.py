@@ -24,8 +24,9 @@ from p2prl.net import Incoming
 from p2prl.node.runtime.role import RoleEnv
 from p2prl.node.setup.settings import TrainerSettings
 from p2prl.node.trainer.admission import Intake
+from p2prl.node.trainer.receipts import RECEIPTS_S, ReceiptBook
 from p2prl.proof import decode_batch, rollout_group
-from p2prl.protocol import RolloutAnnouncement, Verdict
+from p2prl.protocol import RolloutAnnouncement, Verdict, chain_seed
 from p2prl.reasons import HARD_FAILURES, NodeDrop
 from p2prl.rl import ReplayBuffer, RolloutGroup
 
@@ -35,13 +36,18 @@ FETCH_QUEUE = 256
 FETCH_THREADS = 4
 BAR_VERSIONS = 8  # as long as a hard failure zeroes a validator's score window
 MAX_BARRED = 1 << 16
+RESEND_S = 5.0
 
 
-def batch_to_groups(data: bytes, accepted: set[int], miner_hex: str, version: int) -> list[RolloutGroup]:
-    """The accepted groups of a rollout blob as RolloutGroups (strict decoder; header must match)."""
+def batch_to_groups(
+    data: bytes, accepted: set[int], miner_hex: str, version: int, seed: str = ""
+) -> list[RolloutGroup]:
+    """The accepted groups of a rollout blob as RolloutGroups (strict decoder; header must match;
+    ``seed``: a chained batch's, whose uniforms the learner's token check follows)."""
     batch = decode_batch(data)
     if batch.version != version or batch.miner.hex() != miner_hex:
         raise ValueError("batch header does not match its announcement")
+    batch.seed = seed
     return [rollout_group(batch, gi) for gi in range(len(batch.groups)) if gi in accepted]
 
 
@@ -67,6 +73,7 @@ class RolloutIntake:
         self.lock = threading.Lock()
         self.fetch_q: queue.Queue[tuple[RolloutAnnouncement, str, set[int], str]] = queue.Queue(FETCH_QUEUE)
         self.barred: LRU[str, int] = LRU(MAX_BARRED)  # miner key (hex) -> last version it is barred for
+        self.receipts = ReceiptBook(env.identity, env.network_id)
 
     def bar(self, miner: str, reason: str) -> None:
         """Bar ``miner`` from training for ``BAR_VERSIONS`` versions: its buffered groups go now."""
@@ -88,6 +95,9 @@ class RolloutIntake:
     def on_announcement(self, item: Incoming[RolloutAnnouncement]) -> None:
         with self.lock:
             why = self.policy.announce(item.envelope.digest.hex(), item.message, item.envelope.signer_hex, item.origin)
+            trusted = item.envelope.signer_hex in self.policy.trusted
+        if why is None:  # held: its receipt goes in the next list, seeding the key's next batch
+            why = self.receipts.add(item.envelope.signer, item.message.blob.id, trusted)
         if why is not None:
             self.env.status.incr_label("dropped", why)
 
@@ -117,6 +127,21 @@ class RolloutIntake:
             except queue.Full:
                 self.env.status.incr_label("dropped", NodeDrop.FETCH_QUEUE_FULL)
 
+    # -- receipts thread -----------------------------------------------------------------------
+    def send_receipts(self) -> None:
+        """Every ``RECEIPTS_S``: the pending receipts listed, signed and gossiped (the newest lists
+        sent again every ``RESEND_S``: gossip is lossy, and a lost list stalls the chains it seeds)."""
+        env, last_resend = self.env, time.monotonic()
+        while not env.stop.wait(RECEIPTS_S):
+            raw = self.receipts.take()
+            if raw is not None:
+                env.publish_raw("manifests", raw)
+                env.status.incr("receipts_sent")
+            elif time.monotonic() - last_resend >= RESEND_S:
+                for old in self.receipts.recent:
+                    env.publish_raw("manifests", old)
+                last_resend = time.monotonic()
+
     # -- fetch threads -------------------------------------------------------------------------
     def run(self) -> None:
         env = self.env
@@ -129,9 +154,18 @@ class RolloutIntake:
             if self.version() - ann.version > int(env.g.max_staleness):
                 env.status.incr_label("dropped", NodeDrop.STALE_ROLLOUTS)
                 continue
+            if not ann.chained:  # a chain start: its key chose its seed
+                env.status.incr_label("dropped", NodeDrop.CHAIN_START, len(accepted))
+                continue
+            with self.lock:
+                follows = self.policy.accepted(miner, ann.prev)
+            if not (follows and self.receipts.seeds(miner, ann)):
+                env.status.incr_label("dropped", NodeDrop.UNCHAINED, len(accepted))
+                continue
             try:
                 env.fetch_rollouts(ann.blob, origin, timeout=min(env.settings.fetch_timeout_s, 20.0))
-                groups = batch_to_groups(env.store.get(ann.blob.id), accepted, miner, ann.version)
+                seed = chain_seed(ann.receipts, ann.prev)
+                groups = batch_to_groups(env.store.get(ann.blob.id), accepted, miner, ann.version, seed)
             except Exception as e:
                 env.status.incr_label("rollout_fetch_failed", type(e).__name__)
                 log.warning("rollout blob %s unusable: %s", ann.blob.id[:12], e)

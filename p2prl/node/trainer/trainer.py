@@ -130,4 +130,4 @@ class Trainer:
     def loops(self) -> dict[str, Callable[[], None]]:
         # fetchers: one miner that stops serving must not hold up the others
         fetchers = {f"fetch{i}": self.intake.run for i in range(FETCH_THREADS)}
-        return {**fetchers, "train": self.learner.run, "publish": self.publisher.run}
+        return {**fetchers, "receipts": self.intake.send_receipts, "train": self.learner.run, "publish": self.publisher.run}

@@ -31,6 +31,7 @@ from p2prl.node.runtime.role import RoleEnv
 from p2prl.node.runtime.task import generation_params, task_of
 from p2prl.node.setup.settings import ValidatorSettings
 from p2prl.node.validator.judgequeue import GOOD, NEW, Announcement, JudgeQueue, key_of
+from p2prl.node.validator.receiptlists import ReceiptLists
 from p2prl.node.weights.engine import VLLMMinerEngine, open_reference_vllm
 from p2prl.node.weights.isa import IsaEngine
 from p2prl.node.weights.start import open_synced_role
@@ -44,7 +45,7 @@ from p2prl.proof import (
     reject_all,
     to_verdict,
 )
-from p2prl.protocol import PatchManifest, RolloutAnnouncement
+from p2prl.protocol import PatchManifest, Receipts, RolloutAnnouncement
 from p2prl.reasons import NodeDrop, VerdictReason
 
 log = logging.getLogger(__name__)
@@ -98,8 +99,10 @@ class Fetch(Enum):
 
 
 def _only_gap(bv: BatchVerdict) -> bool:
-    """Every group rejected ``index_gap``: the batch does not continue its miner's last judged one."""
-    return {g.reason for g in bv.groups} == {VerdictReason.INDEX_GAP}
+    """Every group rejected ``index_gap`` (the batch does not continue its miner's last judged one) or
+    ``unknown_receipts`` (the trainer's list that seeds it has not arrived here yet): worth a wait."""
+    reasons = {g.reason for g in bv.groups}
+    return reasons == {VerdictReason.INDEX_GAP} or reasons == {VerdictReason.UNKNOWN_RECEIPTS}
 
 
 def position_secret(identity: Identity) -> bytes:
@@ -180,8 +183,14 @@ class Validator:
         self._cal_mark: tuple[int, float, float] | None = None
         if env.settings.calibrate_tolerances:
             self.calibration = self._start_calibration(tok, task, gen, start, vcfg)
+        self.receipts = ReceiptLists()
         self.checker = RolloutValidator(
-            self.host.source, tok, task, vcfg, position_secret=position_secret(env.identity)
+            self.host.source,
+            tok,
+            task,
+            vcfg,
+            position_secret=position_secret(env.identity),
+            receipts=self.receipts.entries,
         )
         self.max_staleness = int(env.g.max_staleness)
         self.jq = JudgeQueue(self.max_staleness + LATE_VERSIONS)  # judged pairs kept while judgeable
@@ -497,9 +506,10 @@ class Validator:
     # -- batches that arrived before the batch they follow -----------------------------------
     def _hold(self, item: Announcement, data: bytes, bv: BatchVerdict, t0: float) -> bool:
         """Keep a batch of a miner in standing that does not continue its last judged batch
-        (``index_gap``) for ``REORDER_HOLD_S``, bounded per signer and in all: gossip can bring a
-        miner's second announcement before its first, and judging it at once would cost the miner
-        both (the second as a gap, the first stale by the time it comes). A skipped batch stays a gap."""
+        (``index_gap``), or whose trainer's receipts list has not arrived here (``unknown_receipts``),
+        for ``REORDER_HOLD_S``, bounded per signer and in all: gossip can bring a miner's second
+        announcement before its first, or a chained batch before the list it follows, and judging it at
+        once would cost the miner the batch. A skipped batch stays a gap."""
         signer = item.envelope.signer_hex
         waiting = self._held.get(signer, [])
         if not _only_gap(bv) or any(h[1] is item for h in waiting):
@@ -663,7 +673,10 @@ class Validator:
 
     def handlers(self) -> Handlers:
         return (
-            Handlers().on(PatchManifest, self.sync.on_manifest).on(RolloutAnnouncement, self.on_announcement)
+            Handlers()
+            .on(PatchManifest, self.sync.on_manifest)
+            .on(Receipts, self.receipts.on_receipts)
+            .on(RolloutAnnouncement, self.on_announcement)
         )
 
     def loops(self) -> dict[str, Callable[[], None]]:

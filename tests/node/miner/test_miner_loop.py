@@ -1,6 +1,7 @@
 """The miner's loop on an in-process network (the node's port without sockets; the default model):
 it syncs the trainer's genesis anchor, mines batches under its quota, serves and announces them,
-and the trainer's intake takes the announcements in."""
+the trainer's intake takes the announcements in and receipts them, and the miner's next batches
+follow those receipts."""
 
 from __future__ import annotations
 
@@ -35,6 +36,17 @@ def test_a_miner_syncs_mines_and_announces_to_the_trainer(make_net, wait_for) ->
                 return len(trainer.intake.policy.by_signer.get(miner_hex, {}))
 
         wait_for(lambda: held() >= 2, 30, "the trainer holding the miner's announcements")
+        # the trainer receipts them every second; the miner's next batch follows its first receipt
+        # (seeded by the list's digest and the receipted blob): the miner's first batch is its chain start
+        wait_for(
+            lambda: mrt.status.snapshot()["labelled"].get("batches", {}).get("chained", 0) >= 1, 90, "a chained batch"
+        )
+        assert mrt.status.snapshot()["labelled"]["batches"]["chain_start"] >= 1
+        assert trt.status.snapshot()["counters"]["receipts_sent"] >= 1
+        with trainer.intake.lock:
+            anns = [h.ann for h in trainer.intake.policy.held.values() if h.miner == miner_hex]
+        chained = [a for a in anns if a.chained]
+        assert chained and {a.prev for a in chained} <= {a.blob.id for a in anns}
     finally:
         for rt in (mrt, trt):
             rt.stop.set()

@@ -22,6 +22,7 @@ from p2prl.node.trainer.intake import RolloutIntake
 from p2prl.proof.batch import GroupRecord, RolloutBatch, RolloutRecord, commitment_root, encode_batch
 from p2prl.proof.validate import BatchVerdict, GroupVerdict, to_verdict
 from p2prl.protocol.blobs import blob_ref_for
+from p2prl.protocol.chains import chain_seed
 from p2prl.protocol.messages import RolloutAnnouncement, encode_message
 from p2prl.reasons import VerdictReason as R
 from p2prl.rl.buffer import ReplayBuffer
@@ -42,8 +43,9 @@ class World:
         self.buffer = ReplayBuffer(max_staleness=2)
         self.intake = RolloutIntake(self.rt.env(TrainerSettings), self.buffer, threading.Lock(), lambda: 0)
 
-    def announce(self, seed: int) -> tuple[RolloutAnnouncement, str]:
-        """A two-group batch served by the miner, announced; (announcement, envelope digest)."""
+    def announce(self, seed: int, prev: str = "", receipts: str = "") -> tuple[RolloutAnnouncement, str]:
+        """A two-group batch served by the miner, announced (``prev``, ``receipts``: chained on the
+        trainer's receipt of ``prev``); (announcement, envelope digest)."""
         rng = np.random.default_rng(seed)
         groups = [
             GroupRecord(
@@ -66,7 +68,7 @@ class World:
         ref = blob_ref_for(data, 64 * 1024)
         self.miner.store.put(data)
         self.miner.serve(ref)
-        ann = RolloutAnnouncement(0, "ef" * 32, ref, 2, commitment_root(batch))
+        ann = RolloutAnnouncement(0, "ef" * 32, ref, 2, commitment_root(batch), prev=prev, receipts=receipts)
         raw = encode_message(MINER, NET, ann)
         self.miner.publish(topic(NET, "rollouts"), raw)
         return ann, hashlib.sha256(raw).hexdigest()
@@ -75,6 +77,19 @@ class World:
         bv = BatchVerdict([GroupVerdict(i, r == R.OK, r) for i, r in enumerate(reasons)], [], R.FINGERPRINT in reasons)
         v = replace(to_verdict(bv, ann, MINER.public_key), announcement=digest)
         host.publish(topic(NET, "verdicts"), encode_message(signer, NET, v))
+
+    def receipts(self) -> str:
+        """The trainer's next receipts list, as its receipts loop sends it: its envelope digest."""
+        raw = self.intake.receipts.take()
+        assert raw is not None
+        return hashlib.sha256(raw).hexdigest()
+
+    def chained(self, seed: int) -> tuple[RolloutAnnouncement, str]:
+        """A chain start accepted, then the batch that follows its receipt: (announcement, digest)."""
+        start, digest = self.announce(seed + 1000)
+        self.judge(self.validator, VALIDATOR, start, digest, R.OK, R.OK)
+        self.pump()
+        return self.announce(seed, prev=start.blob.id, receipts=self.receipts())
 
     def pump(self) -> None:
         """What the node's pump does with the trainer's handlers."""
@@ -94,7 +109,7 @@ class World:
 
 def test_accepted_groups_reach_the_buffer_and_forged_verdicts_do_not(tmp_path: Path) -> None:
     w = World(tmp_path)
-    ann, digest = w.announce(seed=1)
+    ann, digest = w.chained(seed=1)
     w.judge(w.forger, FORGER, ann, digest, R.OK, R.OK)  # a key that is no genesis validator accepts both
     w.judge(w.validator, VALIDATOR, ann, digest, R.OK, R.STALE)  # the validator accepts group 0 only
     w.pump()
@@ -103,8 +118,11 @@ def test_accepted_groups_reach_the_buffer_and_forged_verdicts_do_not(tmp_path: P
     assert len(w.buffer) == 1
     (group,) = w.buffer.sample(0, 1)
     assert group.miner == MINER.public_hex and [r.reward for r in group.rollouts] == [0.0, 1.0]
-    counters = w.rt.status.snapshot()["counters"]
-    assert counters["groups_consumed"] == 1 and counters["verdicts_received"] == 1
+    assert group.manifest_hash == chain_seed(ann.receipts, ann.prev)  # its uniforms' seed, for the token check
+    snap = w.rt.status.snapshot()
+    counters = snap["counters"]
+    assert counters["groups_consumed"] == 1 and counters["verdicts_received"] == 2
+    assert snap["labelled"]["dropped"]["chain_start"] == 2  # the batch it follows: trained by nobody
     assert w.rt.store.has(ann.blob.id)  # fetched through the port into the trainer's store
 
 
@@ -131,7 +149,7 @@ def test_a_hard_failure_costs_the_key_its_training_share(tmp_path: Path) -> None
     w.judge(w.validator, VALIDATOR, ann, digest, R.OK, R.FINGERPRINT)
     w.pump()
     assert [g.miner for g in w.buffer.sample(0, 8, consume=False)] == [FORGER.public_hex]
-    ann, digest = w.announce(seed=4)
+    ann, digest = w.chained(seed=4)
     w.judge(w.validator, VALIDATOR, ann, digest, R.OK, R.OK)
     w.pump()
     w.consume(timeout=2.0)
@@ -139,3 +157,30 @@ def test_a_hard_failure_costs_the_key_its_training_share(tmp_path: Path) -> None
     snap = w.rt.status.snapshot()
     assert snap["labelled"]["keys_barred"] == {"verdict_veto": 1}
     assert snap["labelled"]["dropped"]["barred_rollouts"] == 3  # one buffered group, two of the later blob
+
+
+def test_a_batch_is_trained_only_on_its_own_receipt_of_an_accepted_batch(tmp_path: Path) -> None:
+    """Key grinding's cost: a chain start is trained by nobody, and so is a batch that follows a
+    batch no validator accepted (the chain must be rebuilt by a batch of work), one that names a list
+    other than the one that receipted its predecessor, and a second batch on one receipt."""
+    w = World(tmp_path)
+    refused, digest = w.announce(seed=20)
+    w.judge(w.validator, VALIDATOR, refused, digest, R.STALE, R.STALE)
+    w.pump()
+    after_refused, d1 = w.announce(seed=21, prev=refused.blob.id, receipts=w.receipts())
+    w.judge(w.validator, VALIDATOR, after_refused, d1, R.OK, R.OK)
+    start, d2 = w.announce(seed=22)
+    w.judge(w.validator, VALIDATOR, start, d2, R.OK, R.OK)
+    w.pump()
+    listed = w.receipts()
+    wrong_list, d3 = w.announce(seed=23, prev=start.blob.id, receipts="00" * 32)
+    good, d4 = w.announce(seed=24, prev=start.blob.id, receipts=listed)
+    again, d5 = w.announce(seed=25, prev=start.blob.id, receipts=listed)
+    for ann, d in ((wrong_list, d3), (good, d4), (again, d5)):
+        w.judge(w.validator, VALIDATOR, ann, d, R.OK, R.OK)
+    w.pump()
+    w.consume(timeout=3.0)
+    time.sleep(0.5)
+    assert {g.manifest_hash for g in w.buffer.sample(0, 8, consume=False)} == {chain_seed(listed, start.blob.id)}
+    dropped = w.rt.status.snapshot()["labelled"]["dropped"]
+    assert dropped["chain_start"] == 2 and dropped["unchained"] == 2 + 2 + 2  # after the refused, wrong list, again

@@ -42,7 +42,10 @@ def test_stalled_miner_does_not_hold_up_other_batches(make_net, tmp_path) -> Non
         refs = [blob_ref_for(b, 16 * 1024) for b in blobs]
         validator.store.put(blobs[1])
         validator.serve(refs[1])
-        anns = [RolloutAnnouncement(0, "00" * 32, r, 2, "11" * 32) for r in refs]
+        # both follow the trainer's receipt of an earlier accepted batch of the miner (else, chain
+        # starts, the trainer would fetch neither)
+        prev = _receipted(trainer, miner.identity.public_key)
+        anns = [RolloutAnnouncement(0, "00" * 32, r, 2, "11" * 32, prev=p, receipts=d) for r, (p, d) in zip(refs, prev, strict=True)]
         accept = BatchVerdict([GroupVerdict(i, True, VerdictReason.OK) for i in range(2)], [], False)
         first_b = None
         deadline = time.monotonic() + 40
@@ -69,3 +72,20 @@ def test_stalled_miner_does_not_hold_up_other_batches(make_net, tmp_path) -> Non
         for h in hosts:
             h.stop()
         rt.net.stop()
+
+
+def _receipted(trainer: Trainer, miner: bytes) -> list[tuple[str, str]]:
+    """Two earlier batches of ``miner``, accepted, then receipted by the trainer's receipts loop:
+    (their blob ids, the digest of the list that receipted each)."""
+    intake, out = trainer.intake, []
+    for _ in range(2):
+        prev = os.urandom(32).hex()
+        with intake.lock:
+            intake.policy.done[(miner.hex(), prev)] = False  # released for training earlier
+        before = intake.receipts.recent[-1:]
+        intake.receipts.add(miner, prev, trusted=True)
+        deadline = time.monotonic() + 10
+        while intake.receipts.recent[-1:] == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        out.append((prev, hashlib.sha256(intake.receipts.recent[-1]).hexdigest()))
+    return out

@@ -1,0 +1,85 @@
+"""The trainer's receipts: which announced batches it received, listed in a signed ``Receipts``
+every ``RECEIPTS_S`` seconds, and which chained batch each receipt may seed (docs/PROTOCOL.md §14).
+
+A receipt seeds one batch: the next batch of the key that announced the receipted one. Only such
+chained batches are trained, and only when the batch they follow was accepted, so a key cannot pick
+its prompts: withholding a batch it did not like costs it a chain start (a batch of work nobody
+trains) before it is trained again. Receipts are bounded per list, and keys with accepted work keep
+half of each list for themselves (keys are free: a flood of new ones must not stall honest chains).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+
+from p2prl.crypto import Identity
+from p2prl.lru import LRU
+from p2prl.protocol import Receipts, RolloutAnnouncement, encode_message, receipt_id
+from p2prl.reasons import NodeDrop
+
+RECEIPTS_S = 1.0  # how often the pending receipts are listed and sent
+PER_SIGNER = 64  # receipts of one key in one list
+KEPT = 1 << 16  # receipts sent, remembered until their chained batch arrives
+RESENT = 4  # the newest lists, sent again while none is new (gossip is lossy)
+
+
+class ReceiptBook:
+    """Pending receipts (pump thread adds), the lists made of them (receipts loop takes), and the
+    receipts sent, each good for one chained batch (fetch threads ask)."""
+
+    def __init__(self, identity: Identity, network: str, max_entries: int = Receipts.MAX_ENTRIES) -> None:
+        self.identity = identity
+        self.network = network
+        self.max_entries = max_entries
+        self._lock = threading.Lock()
+        self._pending: OrderedDict[str, tuple[str, str, bool]] = OrderedDict()  # receipt -> signer, blob, trusted
+        self._per_signer: dict[str, int] = {}
+        self._sent: LRU[tuple[str, str], str] = LRU(KEPT)  # (signer hex, blob id) -> receipts digest
+        self._used: LRU[tuple[str, str], None] = LRU(KEPT)
+        self.recent: list[bytes] = []  # the newest envelopes sent
+
+    def add(self, signer: bytes, blob_id: str, trusted: bool) -> NodeDrop | None:
+        """Receipt an announcement when the next list comes; a reason code when it does not fit."""
+        rid, signer_hex = receipt_id(signer, blob_id), signer.hex()
+        with self._lock:
+            if rid in self._pending:
+                return None
+            if self._per_signer.get(signer_hex, 0) >= PER_SIGNER:
+                return NodeDrop.RECEIPTS_FULL
+            untrusted = sum(1 for *_, t in self._pending.values() if not t) if not trusted else 0
+            if len(self._pending) >= self.max_entries or (not trusted and untrusted >= self.max_entries // 2):
+                return NodeDrop.RECEIPTS_FULL
+            self._pending[rid] = (signer_hex, blob_id, trusted)
+            self._per_signer[signer_hex] = self._per_signer.get(signer_hex, 0) + 1
+        return None
+
+    def take(self) -> bytes | None:
+        """The signed ``Receipts`` of everything pending (None: nothing is), recorded as sent."""
+        with self._lock:
+            if not self._pending:
+                return None
+            pending, self._pending, self._per_signer = self._pending, OrderedDict(), {}
+        msg = Receipts(entries=tuple(sorted(pending)), nonce=os.urandom(16).hex())
+        raw = encode_message(self.identity, self.network, msg)
+        digest = hashlib.sha256(raw).hexdigest()
+        with self._lock:
+            for signer_hex, blob_id, _ in pending.values():
+                self._sent[(signer_hex, blob_id)] = digest
+            self.recent = [*self.recent, raw][-RESENT:]
+        return raw
+
+    def seeds(self, signer_hex: str, ann: RolloutAnnouncement) -> bool:
+        """Whether ``ann`` (announced by ``signer_hex``) is the one chained batch its receipt seeds:
+        this trainer receipted its previous batch in the list it names, and no batch used it before.
+        Marks the receipt used."""
+        if not ann.chained:
+            return False
+        key = (signer_hex, ann.prev)
+        with self._lock:
+            if self._sent.get(key) != ann.receipts or key in self._used:
+                return False
+            self._used[key] = None
+        return True
