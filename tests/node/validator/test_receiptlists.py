@@ -1,0 +1,26 @@
+"""A validator keeps the trainer's receipts lists by envelope digest, bounded."""
+
+from __future__ import annotations
+
+from p2prl.crypto.keys import Identity
+from p2prl.net import Incoming
+from p2prl.node.validator.receiptlists import ReceiptLists
+from p2prl.protocol import Receipts, decode_message, encode_message
+
+TRAINER = Identity(b"\x05" * 32)
+
+
+def _item(nonce: str) -> Incoming[Receipts]:
+    env, msg = decode_message(encode_message(TRAINER, "n", Receipts(entries=("00" * 16,), nonce=nonce)), "n")
+    assert isinstance(msg, Receipts)
+    return Incoming("manifests", env, msg, "p", "p")
+
+
+def test_lists_are_found_by_digest_and_the_oldest_forgotten() -> None:
+    lists = ReceiptLists(kept=2)
+    items = [_item(f"{i:032x}") for i in range(3)]
+    for it in items:
+        lists.on_receipts(it)
+    assert lists.entries(items[0].envelope.digest.hex()) is None
+    assert lists.entries(items[2].envelope.digest.hex()) == frozenset({"00" * 16})
+    assert lists.entries("ff" * 32) is None
