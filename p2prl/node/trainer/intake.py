@@ -1,9 +1,11 @@
 """The trainer's intake loop: announcements and verdicts in, accepted groups into the replay buffer.
 
 The pump thread hands it announcements and the genesis validators' verdicts (held and decided by
-``admission.Intake``: per signer, bounded; a hard failure from any one validator vetoes); the fetch
-threads take each released blob from the swarm, decode it strictly and put the accepted groups
-into the buffer (a blob is consumed once, whatever the number of verdicts).
+``admission.Intake``: per signer, bounded; a hard failure from any one validator vetoes); each held
+announcement is receipted in the next list the receipts thread signs (``receipts.ReceiptBook``); the
+fetch threads take each released blob that follows its own receipt of an accepted batch (a chained
+batch: docs/PROTOCOL.md §14; a chain start is trained by nobody) from the swarm, decode it strictly
+and put the accepted groups into the buffer (a blob is consumed once, whatever the number of verdicts).
 
 A key with a hard failure loses its training share, not only its score: a veto from any genesis
 validator, or a rollout the learner's own token check rejected (``rl.verify``: its tokens do not

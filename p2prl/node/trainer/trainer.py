@@ -2,8 +2,9 @@
 
 This module wires the trainer's threads, so training never waits on I/O:
 
-- pump and fetch: the intake (``intake.RolloutIntake``): announcements and the genesis
-  validators' verdicts in, the accepted groups of each released blob into the replay buffer;
+- pump, receipts and fetch: the intake (``intake.RolloutIntake``): announcements and the genesis
+  validators' verdicts in, a signed receipts list of the announcements every second, the accepted
+  groups of each released chained blob into the replay buffer;
 - train: the learner (``learner.Learner``): GRPO steps on the buffer, the newest bf16 state
   handed to the publisher through a one-slot mailbox;
 - publish: the publisher (``publisher.Publisher``): sign, store, serve, gossip, mirror,
