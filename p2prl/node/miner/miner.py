@@ -149,12 +149,21 @@ class Miner:
 
     def produce_batch(self) -> RolloutAnnouncement | None:
         """Generate, score, commit and announce one batch on the active version (None: dropped, the
-        version it was made with failed its hash after the switch)."""
+        version it was made with failed its hash after the switch). It follows the oldest receipt in
+        hand, which goes back to the chains if the batch is not announced (its chain goes on)."""
+        slot = self.chains.take()  # the receipt this batch follows; None: a chain start
+        sent: list[bool] = []  # set once the announcement is out: its receipt is used then
+        try:
+            return self._produce(slot, sent)
+        finally:
+            if slot is not None and not sent:
+                self.chains.give_back(slot)
+
+    def _produce(self, slot: tuple[str, str] | None, sent: list[bool]) -> RolloutAnnouncement | None:
         env, w = self.env, self.active
         mhash = self.manifest_hash(w)
         key = env.identity.public_key
         n_groups, g_size = env.g.generation.groups_per_batch, env.g.generation.group_size
-        slot = self.chains.take()  # the receipt this batch follows; None: a chain start
         if slot is not None:
             seed = chain_seed(slot[1], slot[0])
             indices = list(range(n_groups))
@@ -180,8 +189,6 @@ class Miner:
         if not self.host.settled(w):  # made with a version that did not hash as promised: never sent
             env.status.incr_label("batch_failed", "weights_unconfirmed")
             log.warning("batch of v%d dropped: the version did not hash to its manifest's result hash", w.version)
-            if slot is not None:
-                self.chains.give_back(slot)
             return None
         batch = build_batch(w.version, mhash, key, groups, seed=seed if slot is not None else "")
         data = encode_batch(batch)
@@ -203,6 +210,7 @@ class Miner:
             receipts=slot[1] if slot is not None else "",
         )
         self.chains.announced(ref.id)  # before it is sent: the receipt may come back at once
+        sent.append(True)
         env.publish("rollouts", ann)
         self.batches += 1
         self._made[w.version] = self._made.get(w.version, 0) + 1

@@ -77,7 +77,10 @@ def test_a_batch_made_with_a_version_that_does_not_hash_is_never_announced(make_
         bad = forged(store, promised, v0, seed=8)
         miner.host.stage(Staged(1, bad.result_hash, [bad], miner.host.prepare([bad], store.get)))
         assert [w.version for w in miner.host.switch()] == [1] and miner.active.version == 1
+        receipt = ("ab" * 32, "cd" * 32)  # a receipt in hand: the dropped batch would have followed it
+        miner.chains.give_back(receipt)
         assert miner.produce_batch() is None
+        assert miner.chains.take() == receipt  # not announced: the receipt is still good for the next
         snap = mrt.status.snapshot()
         assert snap["labelled"]["batch_failed"] == {"weights_unconfirmed": 1}
         assert snap["counters"].get("batches_announced", 0) == 0 and snap["counters"]["hash_mismatches"] == 1
