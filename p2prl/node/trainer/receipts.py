@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections import OrderedDict
 
 from p2prl.crypto import Identity
 from p2prl.lru import LRU
@@ -35,10 +34,11 @@ class ReceiptBook:
         self.network = network
         self.max_entries = max_entries
         self._lock = threading.Lock()
-        self._pending: OrderedDict[str, tuple[str, str, bool]] = OrderedDict()  # receipt -> signer, blob, trusted
+        self._pending: dict[str, tuple[str, str]] = {}  # receipt id -> signer hex, blob id
         self._per_signer: dict[str, int] = {}
-        self._sent: LRU[tuple[str, str], str] = LRU(KEPT)  # (signer hex, blob id) -> receipts digest
-        self._used: LRU[tuple[str, str], None] = LRU(KEPT)
+        self._untrusted = 0  # pending receipts of keys without an accepted batch
+        # (signer hex, blob id) -> digest of the list that receipted it, until a batch used it
+        self._sent: LRU[tuple[str, str], str] = LRU(KEPT)
         self.recent: list[bytes] = []  # the newest envelopes sent
 
     def add(self, signer: bytes, blob_id: str, trusted: bool) -> NodeDrop | None:
@@ -49,11 +49,11 @@ class ReceiptBook:
                 return None
             if self._per_signer.get(signer_hex, 0) >= PER_SIGNER:
                 return NodeDrop.RECEIPTS_FULL
-            untrusted = sum(1 for *_, t in self._pending.values() if not t) if not trusted else 0
-            if len(self._pending) >= self.max_entries or (not trusted and untrusted >= self.max_entries // 2):
+            if len(self._pending) >= self.max_entries or (not trusted and self._untrusted >= self.max_entries // 2):
                 return NodeDrop.RECEIPTS_FULL
-            self._pending[rid] = (signer_hex, blob_id, trusted)
+            self._pending[rid] = (signer_hex, blob_id)
             self._per_signer[signer_hex] = self._per_signer.get(signer_hex, 0) + 1
+            self._untrusted += not trusted
         return None
 
     def take(self) -> bytes | None:
@@ -61,25 +61,25 @@ class ReceiptBook:
         with self._lock:
             if not self._pending:
                 return None
-            pending, self._pending, self._per_signer = self._pending, OrderedDict(), {}
+            pending, self._pending, self._per_signer, self._untrusted = self._pending, {}, {}, 0
         msg = Receipts(entries=tuple(sorted(pending)), nonce=os.urandom(16).hex())
         raw = encode_message(self.identity, self.network, msg)
         digest = hashlib.sha256(raw).hexdigest()
         with self._lock:
-            for signer_hex, blob_id, _ in pending.values():
-                self._sent[(signer_hex, blob_id)] = digest
+            for key in pending.values():
+                self._sent[key] = digest
             self.recent = [*self.recent, raw][-RESENT:]
         return raw
 
     def seeds(self, signer_hex: str, ann: RolloutAnnouncement) -> bool:
         """Whether ``ann`` (announced by ``signer_hex``) is the one chained batch its receipt seeds:
         this trainer receipted its previous batch in the list it names, and no batch used it before.
-        Marks the receipt used."""
+        Uses the receipt up."""
         if not ann.chained:
             return False
         key = (signer_hex, ann.prev)
         with self._lock:
-            if self._sent.get(key) != ann.receipts or key in self._used:
+            if self._sent.get(key) != ann.receipts:
                 return False
-            self._used[key] = None
+            del self._sent[key]
         return True

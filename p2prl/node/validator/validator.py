@@ -98,7 +98,7 @@ class Fetch(Enum):
     SHED = "shed"  # over its signer's quota: not judged, its announced indices passed over
 
 
-def _only_gap(bv: BatchVerdict) -> bool:
+def _worth_a_wait(bv: BatchVerdict) -> bool:
     """Every group rejected ``index_gap`` (the batch does not continue its miner's last judged one) or
     ``unknown_receipts`` (the trainer's list that seeds it has not arrived here yet): worth a wait."""
     reasons = {g.reason for g in bv.groups}
@@ -512,7 +512,7 @@ class Validator:
         once would cost the miner the batch. A skipped batch stays a gap."""
         signer = item.envelope.signer_hex
         waiting = self._held.get(signer, [])
-        if not _only_gap(bv) or any(h[1] is item for h in waiting):
+        if not _worth_a_wait(bv) or any(h[1] is item for h in waiting):
             return False
         with self.jq_cond:
             standing = self.jq.standing(signer)
@@ -546,7 +546,7 @@ class Validator:
                     out.append(bv)
                     continue
                 bv = self.checker.check(item.message, item.envelope.signer, data, self._as_of(item))
-                if deadline > now and _only_gap(bv):
+                if deadline > now and _worth_a_wait(bv):
                     keep.append((deadline, item, data, t0))
                     continue
                 self._judged(item, bv)
