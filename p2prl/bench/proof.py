@@ -612,6 +612,7 @@ def _judged_row(
     row: dict[str, Any] = {"batch_size": bs, "threads": th, "n": 0, "accepted": 0, "reasons": {}}
     worst = {
         "fingerprint_err_max": 0.0,
+        "fingerprint_rms_max": 0.0,
         "fingerprint_err_quantile": 0.0,
         "logprob_err_max": 0.0,
         "sampling_misses": 0,

@@ -22,7 +22,7 @@ import typer
 
 VERDICT_FIGURES = (
     ("fingerprint_err_quantile", "fingerprint_tol", "fingerprint: 90th percentile of per-position errors"),
-    ("fingerprint_err_max", "fingerprint_tol_rollout", "fingerprint: worst rollout's rms error"),
+    ("fingerprint_err_max", "fingerprint_tol_rollout", "fingerprint: worst rollout's rms error (largest eighth left out)"),
     ("logprob_err_max", "logprob_tol_max", "behaviour logprob: largest per-token error past rounding"),
     ("sampling_dist_max", "sampling_margin", "sampling: farthest uniform outside its token's interval"),
 )

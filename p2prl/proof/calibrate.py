@@ -92,9 +92,11 @@ def calibrate(
     0.051 and 0.57 from ``factor`` and ``max_factor`` times calibration's worst), so each is also at
     least the level one honest rollout in ``TAIL_RARITY`` reaches by the tail fitted to calibration's
     rollouts (``tail_level``). That fit holds a tail like an exponential's (a rollout's largest
-    logprob error: 0.59 there); a rollout's rms on that model is a mixture (a rare position rounded
-    the other way lifts a short rollout's rms) whose tail ~370 rollouts do not show: the fit said
-    0.046, under the 0.048 seen, and the bound stayed twice the worst. A lie the looser logprob bound
+    logprob error: 0.59 there). A rollout's plain rms on that model was a mixture whose tail ~370
+    rollouts do not show (one to three positions parted from the full forward, up to 0.14 against the
+    others' 0.015: the fit said 0.046, under the 0.048 seen), so a rollout's fingerprint statistic
+    leaves out its largest eighth of positions (``recompute.trimmed_rms``; 2,560 honest rollouts:
+    worst 0.028, calibration's fit 0.038). A lie the looser logprob bound
     lets through is bounded by the trainer anyway (``GRPOConfig.max_logprob_gap``, dual clipping); a
     cheaper model's states are caught by the batch's fingerprint quantile.
 

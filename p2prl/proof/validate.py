@@ -67,12 +67,13 @@ class ValidatorConfig:
     contiguous_indices: bool = True
     # fingerprint: relative error of the hidden state, estimated from the sketches. Honest engines
     # differ from the validator's forward either nowhere but a rare position (a bf16 rounding that
-    # went the other way: one such position can lift a short rollout's rms to ~0.03) or everywhere
-    # by a steady amount (other kernels); a cheaper model differs everywhere. So the batch is judged
-    # by a high quantile of its per-position errors, which rare honest outliers cannot move
+    # went the other way: one such position can lift a short rollout's rms to ~0.03–0.05) or
+    # everywhere by a steady amount (other kernels); a cheaper model differs everywhere. So the batch
+    # is judged by a high quantile of its per-position errors, which rare honest outliers cannot
+    # move, and a rollout by its rms without its largest eighth of positions (recompute.trimmed_rms)
     fingerprint_tol: float = 0.05  # the fingerprint_quantile of the batch's per-position rms errors
     fingerprint_quantile: float = 0.9
-    fingerprint_tol_rollout: float = 0.08  # rms over one rollout's checked positions (gross lies)
+    fingerprint_tol_rollout: float = 0.08  # one rollout's trimmed rms (gross lies)
     positions_per_rollout: int = 64  # 0 = every position
     # rollouts per group recomputed with the model (0 = all), picked after receipt like the positions,
     # and more, a round over the groups at a time, until checked_tokens completion tokens are covered:
@@ -186,7 +187,8 @@ class CheckStats:
     """What the model checks of one batch measured, against the tolerances: read by calibration
     (``proof.calibrate``), the benchmark and logs. All zero when no rollout was recomputed."""
 
-    fingerprint_err_max: float = 0.0  # the worst rollout's rms fingerprint error
+    fingerprint_err_max: float = 0.0  # the worst rollout's (trimmed) rms fingerprint error
+    fingerprint_rms_max: float = 0.0  # the worst rollout's plain rms (reported only)
     fingerprint_err_group_max: float = 0.0  # the worst group's (rms over all its checked positions)
     fingerprint_err_group_min: float = 0.0  # the best group's
     logprob_err_max: float = 0.0  # the largest per-token behaviour logprob error
@@ -212,6 +214,7 @@ class CheckStats:
         self.rollouts_recomputed += 1
         self.rollouts_float32 += int(res.get("float32_rechecked", 0))
         self.fingerprint_err_max = max(self.fingerprint_err_max, res["fp_rollout"])
+        self.fingerprint_rms_max = max(self.fingerprint_rms_max, res.get("fp_rms", res["fp_rollout"]))
         self.logprob_err_max = max(self.logprob_err_max, res["lp_max"])
         self.distribution_logp_min = min(self.distribution_logp_min, res["dist_logp"])
         self.rollout_fp.append(float(res["fp_rollout"]))

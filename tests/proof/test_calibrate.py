@@ -23,11 +23,12 @@ def test_calibrated_config_accepts_honest_and_rejects_other_weights(world: World
     assert not v.check(forged.announcement, MINER, forged.blob, VERSION).valid_groups
 
 
-def _batch_with_moved_states(world: World, moved: float, everywhere: bool):
-    """An honest batch whose first rollout is cut to its first token (a 1-token completion, as the
-    default task's answers often are), with the hidden state of that one position moved by ``moved``
-    of its norm (what one bf16 element rounded the other way does, carried through the last layers)
-    or, with ``everywhere``, every position of every rollout moved so (a cheaper model)."""
+def _batch_with_moved_states(world: World, moved: float, everywhere: bool, cut: int = 1):
+    """An honest batch whose first rollout of at least ``cut`` tokens is cut to them (a 1-token
+    completion, as the default task's answers often are), with the hidden state of its first position
+    moved by ``moved`` of its norm (what one bf16 element rounded the other way does, carried
+    through the last layers) or, with ``everywhere``, every position of every rollout moved so (a
+    cheaper model)."""
     import torch
 
     from p2prl.proof.batch import build_batch
@@ -46,18 +47,38 @@ def _batch_with_moved_states(world: World, moved: float, everywhere: bool):
         return h + moved * h.norm(dim=-1, keepdim=True) * noise / noise.norm(dim=-1, keepdim=True)
 
     groups = []
+    target = next((gi, ri) for gi, ss in enumerate(out) for ri, s in enumerate(ss) if len(s.completion_ids) >= cut)
     for gi, (i, prob, prompt, samples) in enumerate(zip(idx, problems, prompts, out, strict=True)):
         fixed = []
         for ri, s in enumerate(samples):
-            if gi == 0 and ri == 0:
-                s = Sample(s.prompt_ids, s.completion_ids[:1], s.logprobs[:1], s.hidden[:1])
-                s.hidden = move(s.hidden)
+            if (gi, ri) == target:
+                s = Sample(s.prompt_ids, s.completion_ids[:cut], s.logprobs[:cut], s.hidden[:cut].clone())
+                s.hidden[:1] = move(s.hidden[:1])
             elif everywhere:
                 s.hidden = move(s.hidden)
             fixed.append(s)
         rewards = [world.task.reward(prob, world.tok.decode(s.completion_ids)) for s in fixed]
         groups.append((i, prompt, fixed, rewards))
     return announce(build_batch(VERSION, MH, MINER, groups))
+
+
+def test_a_rollouts_fingerprint_leaves_out_its_largest_position(world: World) -> None:
+    """One position of a 2-token rollout off by 10% of the state (an honest burst on SmolLM2-135M
+    reached 14%) puts the rollout's plain rms near 0.07, past the 0.05 floor: judged on the rms
+    without its largest eighth (at least one position), the batch passes; off at every position,
+    it fails."""
+    cfg, _ = calibrate(
+        world.model, world.tok, world.task, PARAMS, MH, world.config, n_prompts=2, group_size=4
+    )
+    v = world.validator(config=cfg)
+    p = _batch_with_moved_states(world, 0.1, everywhere=False, cut=2)
+    verdict = v.check(p.announcement, MINER, p.blob, VERSION)
+    assert verdict.stats.fingerprint_rms_max > 0.05 > verdict.stats.fingerprint_err_max
+    assert {g.reason for g in verdict.groups} == {VerdictReason.OK}
+    v = world.validator(config=cfg)
+    q = _batch_with_moved_states(world, 0.1, everywhere=True, cut=2)
+    verdict = v.check(q.announcement, MINER, q.blob, VERSION)
+    assert verdict.hard_failure and VerdictReason.FINGERPRINT in {g.reason for g in verdict.groups}
 
 
 def test_one_honest_outlier_position_passes_and_a_cheaper_model_does_not(world: World) -> None:

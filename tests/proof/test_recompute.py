@@ -9,8 +9,15 @@ import pytest
 import torch
 from proofkit import MH, World
 
-from p2prl.proof.fingerprint import SKETCH_DIM, relative_error, sketch
-from p2prl.proof.recompute import Job, fisher_log_pvalues, iter_rollout_stats, token_chunks, token_scores
+from p2prl.proof.fingerprint import SKETCH_DIM, differences, relative_error, sketch
+from p2prl.proof.recompute import (
+    Job,
+    fisher_log_pvalues,
+    iter_rollout_stats,
+    token_chunks,
+    token_scores,
+    trimmed_rms,
+)
 from p2prl.proof.validate import fisher_log_pvalue
 from p2prl.rl.engine import processed_logprobs, teacher_forced
 
@@ -64,7 +71,9 @@ def test_rollout_stats_match_one_teacher_forced_pass_per_rollout(world: World) -
             pos = np.arange(n)[::2]
             jobs.append(Job(g.prompt_ids, r.completion_ids, r.logprobs, r.sketches, pos))
             lp, h = teacher_forced(world.model, g.prompt_ids.tolist(), r.completion_ids.tolist())
-            refs.append((lp.double().numpy(), relative_error(r.sketches[pos], sketch(h[pos], MH))))
+            d = differences(r.sketches[pos], sketch(h[pos], MH))
+            refs.append((lp.double().numpy(), trimmed_rms(np.sqrt((d * d).mean(1)))))
+            assert refs[-1][1] <= relative_error(r.sketches[pos], sketch(h[pos], MH)) + 1e-12
     stats = list(iter_rollout_stats(world.model, jobs, MH, SKETCH_DIM, 1.0, 1.0, forward_tokens=40))
     assert len(stats) == len(jobs)
     for job, st, (lp, fp) in zip(jobs, stats, refs, strict=True):
@@ -73,6 +82,24 @@ def test_rollout_stats_match_one_teacher_forced_pass_per_rollout(world: World) -
         assert st["fp_rollout"] == pytest.approx(fp, abs=0.02)
         assert st["lp_max"] < 0.1 and st["fp_rollout"] < 0.05  # honest
         assert st["dist_logp"] <= 0.0 and st["log_tail_sum"] <= 0.0
+
+
+def test_a_rollouts_fingerprint_rms_leaves_out_its_largest_eighth() -> None:
+    """One position rounded the other way no longer sets a short rollout's rms; an error at every
+    position (another model) is untouched, and the statistic never exceeds the plain rms."""
+    honest = np.array([0.015, 0.06])  # two positions, one rounded the other way
+    assert trimmed_rms(honest) == pytest.approx(0.015)
+    assert math.sqrt(np.mean(honest**2)) > 0.04  # the plain rms: near the real model's bound
+    other = np.full(24, 0.14)
+    assert trimmed_rms(other) == pytest.approx(0.14)
+    e = np.linspace(0.01, 0.2, 24)
+    kept = np.sort(e)[:21]  # 24 // 8 = 3 left out
+    assert trimmed_rms(e) == pytest.approx(math.sqrt(np.mean(kept**2)))
+    assert trimmed_rms(np.array([0.03])) == pytest.approx(0.03) and trimmed_rms(np.zeros(0)) == 0.0
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        x = rng.exponential(0.02, rng.integers(1, 65))
+        assert trimmed_rms(x) <= math.sqrt(np.mean(x**2)) + 1e-15
 
 
 def test_a_logit_one_bf16_step_apart_is_within_the_rounding_allowance() -> None:

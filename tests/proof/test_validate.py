@@ -402,10 +402,11 @@ def test_validator_catching_up_takes_a_version_in_progress_from_its_first_batch(
 
 def test_check_stats_keep_the_keys_calibration_and_the_benchmark_read() -> None:
     stats = V.CheckStats()
-    stats.add_rollout({"fp_rollout": 0.02, "lp_max": 0.1, "dist_logp": -3.0})
+    stats.add_rollout({"fp_rollout": 0.02, "fp_rms": 0.03, "lp_max": 0.1, "dist_logp": -3.0})
     stats.add_rollout({"fp_rollout": 0.01, "lp_max": 0.3, "dist_logp": -1.0})
     assert stats.to_dict() == {
         "fingerprint_err_max": 0.02,
+        "fingerprint_rms_max": 0.03,
         "fingerprint_err_group_max": 0.0,
         "fingerprint_err_group_min": 0.0,
         "logprob_err_max": 0.3,

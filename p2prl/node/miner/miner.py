@@ -63,7 +63,7 @@ class Miner:
         self._last_batch = 0.0
         self._index_file = self.dir / "next_index.json"
         self._rejections = RejectionLog(local_network=env.settings.local_network)
-        self.chains = Chains(env.identity.public_key)
+        self.chains = Chains(env.identity.public_key, self.dir / "chains.json")
         self._made: dict[int, int] = {}  # version -> batches announced on it by this process
 
     # -- state ------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from localnet import LocalHub
 
+from p2prl.node.miner.chains import Chains
 from p2prl.node.miner.miner import Miner
 from p2prl.node.setup.genesis import read_genesis
 from p2prl.node.setup.settings import MinerSettings, TrainerSettings
@@ -52,6 +53,10 @@ def test_a_miner_syncs_mines_and_announces_to_the_trainer(make_net, wait_for) ->
             rt.stop.set()
         for rt in (mrt, trt):
             rt.join(30)
+    # what a restart goes on with: the receipts in hand and the batches still waiting for one
+    kept = Chains(net.ids["miner1"].public_key, miner.dir / "chains.json")
+    assert kept.path is not None and kept.path.exists()
+    assert len(kept) == len(miner.chains) and kept._waiting == miner.chains._waiting
 
 
 def test_a_batch_made_with_a_version_that_does_not_hash_is_never_announced(make_net, tmp_path) -> None:
