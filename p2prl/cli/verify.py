@@ -23,7 +23,7 @@ import typer
 VERDICT_FIGURES = (
     ("fingerprint_err_quantile", "fingerprint_tol", "fingerprint: 90th percentile of per-position errors"),
     ("fingerprint_err_max", "fingerprint_tol_rollout", "fingerprint: worst rollout's rms error (largest eighth left out)"),
-    ("logprob_err_max", "logprob_tol_max", "behaviour logprob: largest per-token error past rounding"),
+    ("logprob_err_max", "logprob_fail_at", "behaviour logprob: largest per-token error past rounding"),
     ("sampling_dist_max", "sampling_margin", "sampling: farthest uniform outside its token's interval"),
 )
 
@@ -187,6 +187,7 @@ def verify(
             "fingerprint_tol_rollout": cfg.fingerprint_tol_rollout,
             "logprob_tol_mean": cfg.logprob_tol_mean,
             "logprob_tol_max": cfg.logprob_tol_max,
+            "logprob_fail_at": cfg.logprob_hard_factor * cfg.logprob_tol_max,
             "sampling_margin": cfg.sampling_margin,
             "sampling_fail_at_misses": miss_threshold(n, cfg.sampling_miss_rate, cfg.sampling_alpha) if n else 0,
             "sampling_rung_logp": math.log(cfg.sampling_alpha / max(1, len(cfg.sampling_rungs))),

@@ -179,9 +179,9 @@ def trimmed_rms(errs: np.ndarray) -> float:
     KV-cache step rounds an element the other way and the next positions carry it): on SmolLM2-135M
     such a burst (up to 0.14 of the state, against about 0.015 elsewhere) set its rollout's plain rms
     (0.048 in 10,240 honest rollouts, the bound 0.051); without the largest eighth the worst of
-    2,560 is at 0.028. Another model's state is off at every position
-    (≈ 0.14), so no lie the plain rms caught gets through. Never above the plain rms: a bound
-    calibrated on that (an older genesis's) stays safe for honest miners."""
+    2,560 is at 0.028. Another model's state is off at every position (≈ 0.14), so no lie the plain
+    rms caught gets through. Never above the plain rms: a bound calibrated on that (an older
+    genesis's) stays safe for honest miners."""
     k = len(errs)
     if k == 0:
         return 0.0
@@ -204,9 +204,10 @@ def iter_rollout_stats(
     """For every job, in order: fingerprint squared error and count (``fp_sq``, ``fp_n``), its rms
     without its largest positions (``fp_rollout``, ``trimmed_rms``), its plain rms (``fp_rms``,
     reported only) and each checked position's rms error (``fp_pos``, an array), mean and max
-    absolute logprob error, Fisher log p-value of its tokens (``dist_logp``) with the log-tail sum and
-    count it came from, its sequence log-probability, and for jobs with uniforms how far each token's
-    uniform lies outside the token's inverse-CDF interval (``samp_dist``, an array; 0 inside).
+    absolute logprob error past the rounding allowance, Fisher log p-value of its tokens
+    (``dist_logp``) with the log-tail sum and count it came from, its sequence log-probability, and
+    for jobs with uniforms how far each token's uniform lies outside the token's inverse-CDF
+    interval (``samp_dist``, an array; 0 inside).
     Lazy: each forward of ``forward_tokens`` padded tokens runs when its first result is wanted, so a
     caller that has seen enough stops the model work.
 

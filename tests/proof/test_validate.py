@@ -76,6 +76,42 @@ def test_tampered_logprobs_rejected(world: World) -> None:
     assert verdict.groups[0].reason == R.LOGPROB
 
 
+def test_one_tokens_logprob_past_its_bound_is_accepted_and_far_past_it_fails_hard(world: World) -> None:
+    """Honest numerics have a heavy tail on unlikely tokens: one token's logprob past the bound but
+    within twice it is accepted and counted (dropping the group would be a soft drop any miner could
+    cause at will); farther is a lie (``logprob``, hard)."""
+    cfg = replace(world.config, logprob_tol_mean=1.0, logprob_tol_max=0.4)
+    p = world.mine(indices=(26, 27))
+
+    def judged(lie: float) -> Any:
+        b = copy.deepcopy(p.batch)
+        r = b.groups[0].rollouts[0]
+        r.logprobs = r.logprobs.copy()
+        r.logprobs[0] -= lie
+        q = announce(b)
+        return world.validator(config=cfg).check(q.announcement, MINER, q.blob, VERSION)
+
+    v = judged(0.6)
+    assert _reasons(v) == {R.OK} and v.stats.logprob_tail_rollouts == 1
+    assert 0.4 < v.stats.logprob_err_max <= 0.8
+    v = judged(1.2)
+    assert v.groups[0].reason == R.LOGPROB and v.hard_failure
+
+
+def test_a_group_dropped_softly_is_still_judged_for_a_hard_failure(world: World) -> None:
+    """A soft reason of one rollout (here ``distribution``, made common by a loose alpha) does not
+    cover another model's states in the next rollout of its group."""
+    cfg = replace(world.config, distribution_alpha=0.999)
+    p = world.mine(indices=(28, 29))
+    v = world.validator(config=cfg).check(p.announcement, MINER, p.blob, VERSION)
+    assert R.DISTRIBUTION in _reasons(v) and not v.hard_failure
+    b = copy.deepcopy(p.batch)
+    b.groups[0].rollouts[-1].sketches = (b.groups[0].rollouts[-1].sketches + 97).astype(np.uint8)
+    q = announce(b)
+    v = world.validator(config=cfg).check(q.announcement, MINER, q.blob, VERSION)
+    assert v.groups[0].reason == R.FINGERPRINT and v.hard_failure
+
+
 def test_unlikely_tokens_proved_with_right_model_rejected(world: World) -> None:
     """Tokens the model would (almost) never sample, with hidden states and logprobs from the right model."""
     p = world.mine(indices=(26, 27))
@@ -420,6 +456,7 @@ def test_check_stats_keep_the_keys_calibration_and_the_benchmark_read() -> None:
         "rollouts_picked": 0.0,
         "rollouts_recomputed": 2.0,
         "rollouts_float32": 0.0,
+        "logprob_tail_rollouts": 0.0,
     }
 
 

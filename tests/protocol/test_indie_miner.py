@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 
@@ -106,6 +107,42 @@ def test_each_deviation_is_rejected_with_the_spec_reason(world, deviation, reaso
     (bv,) = mine_and_judge(world, 1, getattr(indie.Deviation, deviation))
     assert bv.hard_failure and reason in bv.reasons(), bv.reasons()
     assert not bv.valid_groups
+
+
+def test_the_indie_miner_follows_the_trainers_receipts_with_batches_p2prl_trains(world) -> None:
+    """§14 is exact enough for a chained batch: the indie miner reads a ``receipts`` list that p2prl's
+    trainer signed, follows its receipt with a batch that p2prl's validator judges on the chain seed
+    and accepts, and that the trainer's book takes as the one batch its receipt seeds."""
+    from p2prl.node.trainer.receipts import ReceiptBook
+    from p2prl.protocol import RolloutAnnouncement
+
+    path, genesis, *_ = world
+    trainer = Identity(b"t" * 32)
+    book = ReceiptBook(trainer, NETWORK)
+    miner = indie.IndieMiner(path, genesis, b"r" * 32)
+    *_, mh, vcfg = world
+    n = vcfg.generation.groups_per_batch
+    first_blob, first_env = miner.mine(0, mh, n, NETWORK)
+    _, first = decode_message(first_env, NETWORK)
+    assert isinstance(first, RolloutAnnouncement) and not first.chained  # no receipt yet: a chain start
+    assert book.add(miner.miner, first.blob.id, trusted=True) is None
+    raw = book.take()
+    assert raw is not None and miner.on_receipts(raw, trainer.public_key, NETWORK) == 1
+    assert miner.on_receipts(raw, Identity(b"x" * 32).public_key, NETWORK) == 0  # not the trainer's
+    blob, env_raw = miner.mine(0, mh, n, NETWORK)
+    env, ann = decode_message(env_raw, NETWORK)
+    assert isinstance(ann, RolloutAnnouncement) and ann.chained
+    assert ann.prev == first.blob.id and ann.receipts == hashlib.sha256(raw).hexdigest()
+    _, _, model, tok, task, _, _ = world
+    secret = Identity(b"v" * 32).sign(POSITION_TAG)
+    lists = {ann.receipts: frozenset(decode_message(raw, NETWORK)[1].entries)}
+    v = RolloutValidator(
+        lambda ver: (mh, model) if ver == 0 else None, tok, task, vcfg, position_secret=secret, receipts=lists.get
+    )
+    assert v.check(first, env.signer, first_blob, current_version=0).reasons() == {"ok": n}
+    verdict = v.check(ann, env.signer, blob, current_version=0)
+    assert verdict.reasons() == {"ok": n} and not verdict.hard_failure
+    assert book.seeds(env.signer.hex(), ann) and not book.seeds(env.signer.hex(), ann)  # one batch a receipt
 
 
 def test_the_indie_miner_draws_what_p2prls_miner_draws(world) -> None:

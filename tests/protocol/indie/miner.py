@@ -4,7 +4,8 @@ It reads a genesis's generation settings and task, loads the model directory wit
 like any client, and makes what a miner publishes: the batch blob (§11.6) with its prompts (§11.1,
 §11.2), completions drawn by verifiable sampling (§10, §11.3), behaviour logprobs (§10), fingerprint
 sketches (§11.4), and the signed ``rollout_announcement`` envelope (§1, §2, §3) naming the blob and its
-commitment root (§11.5). ``Deviation`` names the ways a dishonest miner departs from the spec, each of
+commitment root (§11.5). It reads the trainer's ``receipts`` (§14) and follows a receipt of one of its
+batches with a chained batch, the only kind a trainer trains. ``Deviation`` names the ways a dishonest miner departs from the spec, each of
 which a validator must reject with the reason the spec gives.
 """
 
@@ -39,6 +40,32 @@ class Deviation(enum.Enum):
     FINGERPRINT_POSITION = "fingerprint_position"  # sketches of the state after the token's (§11.4)
     REDRAWN = "redrawn"  # every sample drawn with another sample's uniforms (§10: re-drawing a batch)
     SHARPENED = "sharpened"  # sampling at half the genesis temperature (§10's example)
+
+
+# ---- §14: receipt chains --------------------------------------------------------------------------------
+def receipt_id(signer: bytes, blob_id: str) -> str:
+    return hashlib.sha256(b"p2prl/receipt\x00" + signer + bytes.fromhex(blob_id)).digest()[:16].hex()
+
+
+def chain_seed(receipts_digest: str, prev: str) -> str:
+    return hashlib.sha256(b"p2prl/chain\x00" + bytes.fromhex(receipts_digest) + bytes.fromhex(prev)).hexdigest()
+
+
+def open_envelope(raw: bytes, network: str) -> tuple[str, bytes, dict]:
+    """§2: (type, signer key, body) of a signed envelope whose signature verifies (else ValueError)."""
+    if raw[:4] != ENVELOPE_MAGIC:
+        raise ValueError("not an envelope")
+    tl = raw[4]
+    typ, at = raw[5 : 5 + tl], 5 + tl
+    signer = raw[at : at + 32]
+    (n,) = struct.unpack(">I", raw[at + 32 : at + 36])
+    body, sig = raw[at + 36 : at + 36 + n], raw[at + 36 + n :]
+    if len(sig) != 64:
+        raise ValueError("bad envelope length")
+    net = network.encode()
+    signed = b"p2prl/envelope/v1\x00" + bytes([len(net)]) + net + bytes([tl]) + typ + body
+    nacl.signing.VerifyKey(signer).verify(signed, sig)  # raises on a bad signature
+    return typ.decode(), signer, json.loads(body)
 
 
 # ---- §1, §2: canonical JSON and the signed envelope ---------------------------------------------------
@@ -257,7 +284,19 @@ class IndieMiner:
         self.tok = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16).eval()
         self.deviation = deviation
-        self.next_index: dict[int, int] = {}  # version -> next prompt index
+        self.next_index: dict[int, int] = {}  # version -> next prompt index of its chain starts
+        self.waiting: dict[str, str] = {}  # receipt id -> blob id of its batches not yet receipted
+        self.slots: list[tuple[str, str]] = []  # (previous blob id, receipts digest), oldest first
+
+    def on_receipts(self, raw: bytes, trainer: bytes, network: str) -> int:
+        """A ``receipts`` envelope (§14): its own batches listed become slots; how many did."""
+        typ, signer, body = open_envelope(raw, network)
+        if typ != "receipts" or signer != trainer:
+            return 0
+        digest = hashlib.sha256(raw).hexdigest()
+        found = [self.waiting.pop(e) for e in body["entries"] if e in self.waiting]
+        self.slots += [(b, digest) for b in found]
+        return len(found)
 
     def reward(self, answer: str, text: str) -> float:
         if self.task_name == "digit-start":
@@ -312,29 +351,38 @@ class IndieMiner:
         return res
 
     def mine(self, version: int, manifest_hash: str, n_groups: int, network: str) -> tuple[bytes, bytes]:
-        """The next batch of ``n_groups`` prompts at ``version``: (blob, signed announcement envelope)."""
-        start = self.next_index.get(version, 0)
+        """The next batch of ``n_groups`` prompts at ``version``: (blob, signed announcement envelope).
+        It follows the oldest receipt in hand (a chained batch, §14), else it is a chain start."""
+        body: dict = {}
+        if self.slots:
+            prev, digest = self.slots.pop(0)
+            seed, start = chain_seed(digest, prev), 0  # it stands for the manifest hash in §11.1, §11.3
+            body = {"prev": prev, "receipts": digest}
+        else:
+            seed, start = manifest_hash, self.next_index.get(version, 0)
+            self.next_index[version] = start + n_groups
         groups = []
         for i in range(start, start + n_groups):
-            prompt, answer = addition_problem(prompt_seed(manifest_hash, self.miner, i), self.digits)
+            prompt, answer = addition_problem(prompt_seed(seed, self.miner, i), self.digits)
             prompt_ids = self.tok.encode(prompt, add_special_tokens=False).ids
             rollouts = []
-            for ids, lps, hid in self.complete_group(prompt_ids, manifest_hash, i):
+            for ids, lps, hid in self.complete_group(prompt_ids, seed, i):
                 text = self.tok.decode(ids, skip_special_tokens=True)
                 rollouts.append(Rollout(ids, lps, self.reward(answer, text), sketch(hid, manifest_hash)))
             groups.append(Group(i, prompt_ids, rollouts))
-        self.next_index[version] = start + n_groups
         blob = MAGIC + zstandard.ZstdCompressor(level=3).compress(
             payload(version, manifest_hash, self.miner, groups)
         )
-        body = {
+        ref = blob_ref(blob, self.genesis["patch"]["chunk_size"])
+        body |= {
             "version": version,
             "manifest_hash": manifest_hash,
-            "blob": blob_ref(blob, self.genesis["patch"]["chunk_size"]),
+            "blob": ref,
             "groups": n_groups,
             "commitment_root": commitment(groups),
             "created_ms": 0,
         }
+        self.waiting[receipt_id(self.miner, ref["id"])] = ref["id"]
         return blob, seal(self.key, network, "rollout_announcement", body)
 
 
