@@ -128,11 +128,18 @@ def _check_versions(s: dict[str, Any]) -> tuple[str, bool, str]:
 
 
 def _check_in_sync(s: dict[str, Any]) -> tuple[str, bool, str]:
+    """Every miner on the trainer's version with its weights. A summary read while the trainer was
+    still publishing (``while_publishing``: a run stopped by Ctrl-C, not quiesced) counts a miner one
+    version behind as in sync: that is the normal state while a new patch spreads."""
     tv, miners = int(s.get("trainer_version", 0)), s.get("miners", [])
-    behind = [f"{m['name']} v{m['version']}" for m in miners if int(m.get("version", -1)) != tv]
+    lag = 1 if s.get("while_publishing") else 0
+    behind = [f"{m['name']} v{m['version']}" for m in miners if not 0 <= tv - int(m.get("version", -1)) <= lag]
     n = len(miners)
     if behind:
         return "in_sync", False, f"{n - len(behind)}/{n} miners on v{tv} (behind: {', '.join(behind)})"
+    spreading = [f"{m['name']} v{m['version']}" for m in miners if int(m.get("version", -1)) != tv]
+    if spreading:
+        return "in_sync", True, f"{n}/{n} miners on v{tv} or one behind while it spreads ({', '.join(spreading)})"
     want = s.get("trainer_weights_hash", "")
     if not want:
         return "in_sync", n > 0, f"{n}/{n} miners on v{tv}"

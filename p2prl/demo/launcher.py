@@ -525,9 +525,13 @@ def _closing(plan: dict[str, Any], names: list[str], nodes: int) -> dict[str, An
     state, up to the supervisor's grace period), and read the summary it ends with before it stops."""
     print(f"\nstopping {nodes} nodes (each saves its state; up to 20 s)…", flush=True)
     try:
-        return summarize(plan, _statuses(plan, names), names)
+        st = _statuses(plan, names)
+        s = summarize(plan, st, names)
     except KeyboardInterrupt:  # a second Ctrl-C: stop without the summary
         return None
+    # read while the trainer still publishes: a miner one version behind is fetching the newest patch
+    s["while_publishing"] = not (st.get("trainer") or {}).get("paused", False)
+    return s
 
 
 def settled(statuses: dict[str, dict[str, Any] | None], miners: list[str]) -> tuple[Any, ...] | None:

@@ -96,6 +96,21 @@ def test_verdict_names_what_failed_and_takes_the_summarys_own_checks() -> None:
     )
 
 
+def test_a_summary_read_while_the_trainer_publishes_counts_one_version_behind_as_in_sync() -> None:
+    """Ctrl-C reads the network while versions still come out: a miner one behind is fetching the
+    newest patch (in sync), two behind is not; a quiesced run's summary stays strict."""
+    s = summarize(PLAN, statuses(miner2_version=2), NAMES)
+    s["while_publishing"] = True
+    assert verdict_line(s).startswith("verdict: OK: ")
+    assert "2/2 miners on v3 or one behind while it spreads (miner2 v2)" in verdict_line(s)
+    s = summarize(PLAN, statuses(miner2_version=1), NAMES)
+    s["while_publishing"] = True
+    assert verdict_line(s).startswith("verdict: PROBLEM (in_sync): ") and "behind: miner2 v1" in verdict_line(s)
+    s = summarize(PLAN, statuses(miner2_version=2), NAMES)
+    s["while_publishing"] = False
+    assert verdict_line(s).startswith("verdict: PROBLEM (in_sync): ")
+
+
 def test_reward_chart_is_a_png_of_both_series(tmp_path: Path) -> None:
     import struct
     import zlib
