@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import time
 from collections import OrderedDict, deque
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from p2prl.atomicfile import write_atomic
 from p2prl.net import Incoming
-from p2prl.protocol import Receipts, receipt_id
+from p2prl.protocol import Receipts, is_hex, receipt_id
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +30,6 @@ SLOTS = 256  # receipts in hand
 SLOT_MAX_AGE_S = 600.0  # a receipt older than this seeds nothing (validators keep lists about this long)
 
 Slot = tuple[str, str]  # (previous blob id, receipts digest)
-
-_HEX = re.compile(r"[0-9a-f]+")
-
-
-def _hex(v: object, n: int) -> bool:
-    return isinstance(v, str) and len(v) == n and _HEX.fullmatch(v) is not None
-
 
 class Chains:
     """Pump thread: ``on_receipts``; generation loop: ``take``, ``give_back``, ``announced``.
@@ -119,11 +111,11 @@ class Chains:
         if not isinstance(waiting, list) or not isinstance(slots, list):
             return
         for e in waiting[-WAITING:]:
-            if isinstance(e, list) and len(e) == 2 and _hex(e[0], 32) and _hex(e[1], 64):
+            if isinstance(e, list) and len(e) == 2 and is_hex(e[0], 16) and is_hex(e[1], 32):
                 self._waiting[e[0]] = e[1]
         now = time.time()
         for e in slots[-SLOTS:]:
             if not (isinstance(e, list) and len(e) == 3 and isinstance(e[0], int | float)):
                 continue
-            if _hex(e[1], 64) and _hex(e[2], 64) and 0 <= now - float(e[0]) <= SLOT_MAX_AGE_S:
+            if is_hex(e[1], 32) and is_hex(e[2], 32) and 0 <= now - float(e[0]) <= SLOT_MAX_AGE_S:
                 self._slots.append((float(e[0]), (e[1], e[2])))
