@@ -187,7 +187,7 @@ def verify(
             "fingerprint_tol_rollout": cfg.fingerprint_tol_rollout,
             "logprob_tol_mean": cfg.logprob_tol_mean,
             "logprob_tol_max": cfg.logprob_tol_max,
-            "logprob_fail_at": cfg.logprob_hard_factor * cfg.logprob_tol_max,
+            "logprob_fail_at": cfg.logprob_fail_at,
             "sampling_margin": cfg.sampling_margin,
             "sampling_fail_at_misses": miss_threshold(n, cfg.sampling_miss_rate, cfg.sampling_alpha) if n else 0,
             "sampling_rung_logp": math.log(cfg.sampling_alpha / max(1, len(cfg.sampling_rungs))),

@@ -132,6 +132,11 @@ class ValidatorConfig:
         if not all(0 < f <= 1 for f in self.sampling_rungs) or not all(0 < r <= 1 for r in self.sampling_rung_rates):
             raise ValueError("each rung must be in (0, 1] of the margin and each rate in (0, 1]")
 
+    @property
+    def logprob_fail_at(self) -> float:
+        """The largest logprob error a rollout may carry before it fails ``logprob`` (hard)."""
+        return self.logprob_hard_factor * self.logprob_tol_max
+
     @classmethod
     def from_genesis(cls, g: Genesis, **local: Any) -> ValidatorConfig:
         """The genesis's rules with this validator's ``local`` settings (tolerances, sampling); the
@@ -624,10 +629,11 @@ class RolloutValidator:
             # a group dropped softly is still judged for proof: a soft reason must not cover a hard one
             reason = self._rollout_reason(res, repeats.get((gi, ri)))
             stats.logprob_tail_rollouts += int(reason == R.OK and res["lp_max"] > self.config.logprob_tol_max)
-            if reasons[gi] == R.OK or reason in HARD_FAILURES:
-                reasons[gi] = reason
             if reason in HARD_FAILURES:
+                reasons[gi] = reason
                 break
+            if reasons[gi] == R.OK:
+                reasons[gi] = reason
         return fp, (log_tails, n_tails), pos_errs, dists
 
     def _rollout_reason(self, res: dict[str, Any], copied_from_other: bool | None) -> str:
@@ -642,7 +648,7 @@ class RolloutValidator:
         cfg = self.config
         if res["fp_rollout"] > cfg.fingerprint_tol_rollout:
             return R.FINGERPRINT
-        if res["lp_mean"] > cfg.logprob_tol_mean or res["lp_max"] > cfg.logprob_hard_factor * cfg.logprob_tol_max:
+        if res["lp_mean"] > cfg.logprob_tol_mean or res["lp_max"] > cfg.logprob_fail_at:
             return R.LOGPROB
         if res["dist_logp"] < math.log(cfg.distribution_alpha):
             # an honest rollout is this unlikely once per 1/alpha and misses independently of that
@@ -834,7 +840,7 @@ class RolloutValidator:
         return bool(
             res["fp_rollout"] > cfg.fingerprint_tol_rollout
             or res["lp_mean"] > cfg.logprob_tol_mean
-            or res["lp_max"] > cfg.logprob_tol_max
+            or res["lp_max"] > cfg.logprob_fail_at
             or res["dist_logp"] < math.log(cfg.distribution_alpha)
             or (d is not None and len(d) and float(np.max(d)) > cfg.sampling_margin)
         )

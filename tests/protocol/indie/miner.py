@@ -5,8 +5,8 @@ like any client, and makes what a miner publishes: the batch blob (§11.6) with 
 §11.2), completions drawn by verifiable sampling (§10, §11.3), behaviour logprobs (§10), fingerprint
 sketches (§11.4), and the signed ``rollout_announcement`` envelope (§1, §2, §3) naming the blob and its
 commitment root (§11.5). It reads the trainer's ``receipts`` (§14) and follows a receipt of one of its
-batches with a chained batch, the only kind a trainer trains. ``Deviation`` names the ways a dishonest miner departs from the spec, each of
-which a validator must reject with the reason the spec gives.
+batches with a chained batch, the only kind a trainer trains. ``Deviation`` names the ways a dishonest
+miner departs from the spec, each of which a validator must reject with the reason the spec gives.
 """
 
 from __future__ import annotations
