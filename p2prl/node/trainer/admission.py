@@ -156,6 +156,14 @@ class Intake:
         """Released for training (an accepting verdict, no veto): a batch a chained one may follow."""
         return self.done.get((miner, blob_id)) is False
 
+    def restore(self, decided: LRU[Key, bool]) -> None:
+        """A restarted trainer's decisions (``chainlog``): what its chained batches follow, and the
+        keys with an accepted batch."""
+        for key, vetoed in decided.items():
+            self._decide(key, vetoed)
+            if not vetoed:
+                self.trusted.put(key[0], None)
+
     def _decide(self, key: Key, vetoed: bool) -> None:
         self.done[key] = vetoed or self.done.get(key, False)
 

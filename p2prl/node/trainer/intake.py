@@ -11,6 +11,10 @@ A key with a hard failure loses its training share, not only its score: a veto f
 validator, or a rollout the learner's own token check rejected (``rl.verify``: its tokens do not
 follow their public uniforms), bars the key (``bar``) for ``BAR_VERSIONS`` versions: its groups
 leave the buffer and its later blobs are not used (``barred_rollouts``).
+
+Receipts sent and used, decisions and bars are kept in ``chains.jsonl`` in the trainer's directory
+(``chainlog.ChainLog``), so a restarted trainer trains each miner's next batch on the receipt it
+sent before the restart, and a barred key stays barred.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from p2prl.net import Incoming
 from p2prl.node.runtime.role import RoleEnv
 from p2prl.node.setup.settings import TrainerSettings
 from p2prl.node.trainer.admission import Intake
-from p2prl.node.trainer.receipts import RECEIPTS_S, ReceiptBook
+from p2prl.node.trainer.chainlog import ChainLog, ChainState
+from p2prl.node.trainer.receipts import KEPT, RECEIPTS_S, ReceiptBook
 from p2prl.proof import decode_batch, rollout_group
 from p2prl.protocol import RolloutAnnouncement, Verdict, chain_seed
 from p2prl.reasons import HARD_FAILURES, NodeDrop
@@ -39,6 +44,7 @@ FETCH_THREADS = 4
 BAR_VERSIONS = 8  # as long as a hard failure zeroes a validator's score window
 MAX_BARRED = 1 << 16
 RESEND_S = 5.0
+CHAINS_FILE = "chains.jsonl"
 
 
 def batch_to_groups(
@@ -74,13 +80,31 @@ class RolloutIntake:
         self.policy = Intake(len(env.genesis.validator_keys), HARD_FAILURES)
         self.lock = threading.Lock()
         self.fetch_q: queue.Queue[tuple[RolloutAnnouncement, str, set[int], str]] = queue.Queue(FETCH_QUEUE)
-        self.barred: LRU[str, int] = LRU(MAX_BARRED)  # miner key (hex) -> last version it is barred for
-        self.receipts = ReceiptBook(env.identity, env.network_id)
+        self.chainlog = ChainLog(env.data_dir / "trainer" / CHAINS_FILE)
+        kept = self.chainlog.load(self._empty())
+        self.barred = kept.barred  # miner key (hex) -> last version it is barred for
+        self.policy.restore(kept.decided)
+        self.receipts = ReceiptBook(env.identity, env.network_id, chainlog=self.chainlog)
+        self.receipts.restore(kept.sent)
+
+    def _empty(self) -> ChainState:
+        return ChainState(LRU(KEPT), LRU(4 * self.policy.cache), LRU(MAX_BARRED))
+
+    def _kept(self) -> ChainState:
+        """The state ``chainlog`` keeps, copied from its owners."""
+        state = self._empty()
+        state.sent = self.receipts.sent()
+        with self.lock:
+            state.decided.update(self.policy.done)
+            state.barred.update(self.barred)
+        return state
 
     def bar(self, miner: str, reason: str) -> None:
         """Bar ``miner`` from training for ``BAR_VERSIONS`` versions: its buffered groups go now."""
+        until = self.version() + BAR_VERSIONS
         with self.lock:
-            self.barred[miner] = self.version() + BAR_VERSIONS
+            self.barred[miner] = until
+        self.chainlog.barred(miner, until)
         with self.buffer_lock:
             dropped = self.buffer.drop_miner(miner)
         self.env.status.incr_label("keys_barred", reason)
@@ -113,6 +137,7 @@ class RolloutIntake:
         with self.lock:
             why = self.policy.verdict(item.envelope.signer_hex, v, time.monotonic())
         if why == NodeDrop.VERDICT_VETO:
+            self.chainlog.decided(v.miner, v.blob_id, vetoed=True)
             self.env.status.incr("verdict_vetoes")
             self.bar(v.miner, "verdict_veto")
         elif why is not None and why != NodeDrop.VERDICT_AFTER_DECISION:
@@ -123,6 +148,8 @@ class RolloutIntake:
         """Queue the blobs the intake has decided to use (pump and fetch threads both call this)."""
         with self.lock:
             jobs = self.policy.ready(time.monotonic())
+        for job in jobs:  # released: a chained batch may follow it, after a restart too
+            self.chainlog.decided(job.miner, job.ann.blob.id, vetoed=False)
         for job in jobs:
             try:
                 self.fetch_q.put_nowait((job.ann, job.miner, job.accepted, job.origin))
@@ -143,6 +170,9 @@ class RolloutIntake:
                 for old in self.receipts.recent:
                     env.publish_raw("manifests", old)
                 last_resend = time.monotonic()
+            if self.chainlog.due():
+                self.chainlog.compact(self._kept)
+        self.chainlog.close()
 
     # -- fetch threads -------------------------------------------------------------------------
     def run(self) -> None:

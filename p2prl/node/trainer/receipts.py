@@ -16,6 +16,7 @@ import threading
 
 from p2prl.crypto import Identity
 from p2prl.lru import LRU
+from p2prl.node.trainer.chainlog import ChainLog
 from p2prl.protocol import Receipts, RolloutAnnouncement, encode_message, receipt_id
 from p2prl.reasons import NodeDrop
 
@@ -29,10 +30,17 @@ class ReceiptBook:
     """Pending receipts (pump thread adds), the lists made of them (receipts loop takes), and the
     receipts sent, each good for one chained batch (fetch threads ask)."""
 
-    def __init__(self, identity: Identity, network: str, max_entries: int = Receipts.MAX_ENTRIES) -> None:
+    def __init__(
+        self,
+        identity: Identity,
+        network: str,
+        max_entries: int = Receipts.MAX_ENTRIES,
+        chainlog: ChainLog | None = None,
+    ) -> None:
         self.identity = identity
         self.network = network
         self.max_entries = max_entries
+        self.chainlog = chainlog or ChainLog(None)  # the receipts sent and used, kept across restarts
         self._lock = threading.Lock()
         self._pending: dict[str, tuple[str, str]] = {}  # receipt id -> signer hex, blob id
         self._per_signer: dict[str, int] = {}
@@ -69,7 +77,19 @@ class ReceiptBook:
             for key in pending.values():
                 self._sent[key] = digest
             self.recent = [*self.recent, raw][-RESENT:]
+        self.chainlog.sent((s, b, digest) for s, b in pending.values())
         return raw
+
+    def restore(self, sent: LRU[tuple[str, str], str]) -> None:
+        """The receipts a restarted trainer sent before and no batch used (``chainlog``)."""
+        with self._lock:
+            for key, digest in sent.items():
+                self._sent[key] = digest
+
+    def sent(self) -> LRU[tuple[str, str], str]:
+        """A copy of the receipts sent and not used, oldest first."""
+        with self._lock:
+            return self._sent.copy()
 
     def seeds(self, signer_hex: str, ann: RolloutAnnouncement) -> bool:
         """Whether ``ann`` (announced by ``signer_hex``) is the one chained batch its receipt seeds:
@@ -82,4 +102,5 @@ class ReceiptBook:
             if self._sent.get(key) != ann.receipts:
                 return False
             del self._sent[key]
+        self.chainlog.used(*key)  # kept before the batch is trained: never two batches on one receipt
         return True

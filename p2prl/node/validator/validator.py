@@ -31,7 +31,7 @@ from p2prl.node.runtime.role import RoleEnv
 from p2prl.node.runtime.task import generation_params, task_of
 from p2prl.node.setup.settings import ValidatorSettings
 from p2prl.node.validator.judgequeue import GOOD, NEW, Announcement, JudgeQueue, key_of
-from p2prl.node.validator.receiptlists import ReceiptLists
+from p2prl.node.validator.receiptlists import RECEIPTS_FILE, ReceiptLists
 from p2prl.node.weights.engine import VLLMMinerEngine, open_reference_vllm
 from p2prl.node.weights.isa import IsaEngine
 from p2prl.node.weights.start import open_synced_role
@@ -183,7 +183,7 @@ class Validator:
         self._cal_mark: tuple[int, float, float] | None = None
         if env.settings.calibrate_tolerances:
             self.calibration = self._start_calibration(tok, task, gen, start, vcfg)
-        self.receipts = ReceiptLists()
+        self.receipts = ReceiptLists(path=self.dir / RECEIPTS_FILE)  # kept across restarts
         self.checker = RolloutValidator(
             self.host.source,
             tok,
@@ -689,3 +689,4 @@ class Validator:
     def close(self) -> None:
         """The newest version saved (saves are spaced while running)."""
         self.host.close()
+        self.receipts.close()

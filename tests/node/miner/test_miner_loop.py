@@ -57,6 +57,10 @@ def test_a_miner_syncs_mines_and_announces_to_the_trainer(make_net, wait_for) ->
     kept = Chains(net.ids["miner1"].public_key, miner.dir / "chains.json")
     assert kept.path is not None and kept.path.exists()
     assert len(kept) == len(miner.chains) and kept._waiting == miner.chains._waiting
+    # and the trainer's side: a trainer started again on its directory knows the receipts it sent
+    sent = trainer.intake.receipts.sent()
+    assert len(sent) >= 1
+    assert Trainer(trt.env(TrainerSettings)).intake.receipts.sent() == sent
 
 
 def test_a_batch_made_with_a_version_that_does_not_hash_is_never_announced(make_net, tmp_path) -> None:

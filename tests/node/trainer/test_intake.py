@@ -184,3 +184,41 @@ def test_a_batch_is_trained_only_on_its_own_receipt_of_an_accepted_batch(tmp_pat
     assert {g.manifest_hash for g in w.buffer.sample(0, 8, consume=False)} == {chain_seed(listed, start.blob.id)}
     dropped = w.rt.status.snapshot()["labelled"]["dropped"]
     assert dropped["chain_start"] == 2 and dropped["unchained"] == 2 + 2 + 2  # after the refused, wrong list, again
+
+
+def test_a_restarted_trainer_trains_the_batch_that_follows_its_receipt_from_before(tmp_path: Path) -> None:
+    """A trainer's restart costs no miner a batch of work: the receipt it sent and the decision on
+    the batch it receipted are kept (``chains.jsonl``), so the miner's next batch on that receipt is
+    trained after the restart; a receipt used before a restart seeds nothing after it, and a barred
+    key stays barred."""
+    w = World(tmp_path)
+
+    def restart() -> None:  # a new intake on the trainer's directory: nothing carried in memory
+        w.intake = RolloutIntake(w.rt.env(TrainerSettings), w.buffer, threading.Lock(), lambda: 0)
+
+    start, d0 = w.announce(seed=31)
+    w.judge(w.validator, VALIDATOR, start, d0, R.OK, R.OK)
+    w.pump()
+    listed = w.receipts()
+    restart()
+    good, d1 = w.announce(seed=32, prev=start.blob.id, receipts=listed)
+    w.judge(w.validator, VALIDATOR, good, d1, R.OK, R.OK)
+    w.pump()
+    w.consume(timeout=5.0)
+    assert {g.manifest_hash for g in w.buffer.sample(0, 8, consume=False)} == {chain_seed(listed, start.blob.id)}
+    assert len(w.buffer) == 2
+
+    w.rt.stop.clear()
+    restart()
+    again, d2 = w.announce(seed=33, prev=start.blob.id, receipts=listed)  # the receipt, used before
+    w.judge(w.validator, VALIDATOR, again, d2, R.OK, R.OK)
+    w.pump()
+    vetoed, d3 = w.announce(seed=34)
+    w.judge(w.validator, VALIDATOR, vetoed, d3, R.OK, R.FINGERPRINT)
+    w.pump()
+    w.consume(timeout=1.0)
+    assert len(w.buffer) == 0  # the veto's bar took the miner's buffered groups
+    assert w.rt.status.snapshot()["labelled"]["dropped"]["unchained"] == 2
+    restart()
+    assert w.intake.is_barred(MINER.public_hex) and w.intake.policy.vetoed(MINER.public_hex, vetoed.blob.id)
+    assert w.intake.policy.accepted(MINER.public_hex, good.blob.id)

@@ -24,3 +24,22 @@ def test_lists_are_found_by_digest_and_the_oldest_forgotten() -> None:
     assert lists.entries(items[0].envelope.digest.hex()) is None
     assert lists.entries(items[2].envelope.digest.hex()) == frozenset({"00" * 16})
     assert lists.entries("ff" * 32) is None
+
+
+def test_a_restarted_validator_still_has_the_lists_it_saw(tmp_path) -> None:
+    """The trainer sends a list again only while no newer one follows: a validator's restart must
+    not lose the lists its miners' chained batches name (each resend is kept once)."""
+    path = tmp_path / "receipts.jsonl"
+    lists = ReceiptLists(kept=2, path=path)
+    items = [_item(f"{i:032x}") for i in range(3)]
+    for it in (*items, items[2], items[2]):
+        lists.on_receipts(it)
+    lists.close()
+    assert len(path.read_text().splitlines()) == 2  # rewritten from the two kept once it outgrew them
+    with path.open("a") as f:
+        f.write('{"d": "zz", "e": []}\n{"d": "' + "ab" * 32)  # junk, then a torn line
+    again = ReceiptLists(kept=2, path=path)
+    assert again.entries(items[0].envelope.digest.hex()) is None  # past the bound, as before
+    assert again.entries(items[1].envelope.digest.hex()) == frozenset({"00" * 16})
+    assert again.entries(items[2].envelope.digest.hex()) == frozenset({"00" * 16})
+    assert len(path.read_text().splitlines()) == 2  # rewritten compacted at start
