@@ -218,6 +218,11 @@ class P2PNode:
             eclipse_protection_enabled=False,  # needs >= 3 distinct IPs in a mesh: not on a LAN or loopback
         )
         pubsub = _guarded(Pubsub)(host, router, strict_signing=True)
+        # gossip ids are (origin, sequence number), and py-libp2p starts the numbers at the clock's
+        # seconds: a busy node (a trainer) runs ahead of that, and started again it would reuse
+        # numbers its peers still hold as seen (two minutes) and drop its news silently. Start at
+        # the clock's nanoseconds, as go-libp2p does.
+        pubsub.counter = time.time_ns()
         pubsub.on_bad_rpc = self._bad_rpc
         self._host, self._pubsub = host, pubsub
         self._server = self._server_class(self, self.store, self.partials, self.refs)

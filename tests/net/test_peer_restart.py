@@ -136,3 +136,27 @@ def test_peer_restarted_after_vanishing(tmp_path: Path) -> None:
             if n is not None:
                 n.stop()
         relay.close()
+
+
+def test_a_restarted_peers_own_gossip_is_not_taken_for_what_it_sent_before(tmp_path: Path) -> None:
+    """Gossip ids are (origin, sequence number). A busy peer (a trainer: manifests, receipts,
+    heartbeats) runs its sequence numbers ahead of the clock; started again, it must not reuse the
+    numbers of its last run, which its peers still hold as seen for two minutes and would drop."""
+    ib = Identity.generate()
+    a = node(Identity.generate(), tmp_path / "a")
+    b = b2 = None
+    try:
+        b = node(ib, tmp_path / "b")
+        b.connect(a.addrs[0])
+        assert delivered(b, a, 1, 20)
+        for _ in range(300):  # a busy run: far more messages than seconds
+            b.publish(HB, beat(ib, 1))
+        time.sleep(1.0)
+        b.stop()
+        b2 = node(ib, tmp_path / "b2")
+        b2.connect(a.addrs[0])
+        assert delivered(b2, a, 2, 10), (a.stats(), b2.stats())
+    finally:
+        for n in (b2, b, a):
+            if n is not None:
+                n.stop()
