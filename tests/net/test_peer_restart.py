@@ -11,6 +11,7 @@ import hashlib
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -91,24 +92,36 @@ def check_chunks_both_ways(a: P2PNode, b: P2PNode, seed: int) -> None:
         assert hashlib.sha256(dst.fetch(ref, timeout=30).read_bytes()).hexdigest() == ref.id
 
 
-def test_peer_restarted_after_clean_stop(tmp_path: Path) -> None:
+def restarted_cleanly(tmp_path: Path, check: Callable[[P2PNode, P2PNode], None], published: int = 0) -> None:
+    """``b`` connects to ``a``, publishes ``published`` heartbeats, stops cleanly and starts again
+    with the same key; ``check(a, b2)`` then."""
     ib = Identity.generate()
     a = node(Identity.generate(), tmp_path / "a")
     b = b2 = None
     try:
         b = node(ib, tmp_path / "b")
         b.connect(a.addrs[0])
-        assert delivered(a, b, 1, 20)
+        assert delivered(a, b, 1, 20) and delivered(b, a, 1, 20)
+        for _ in range(published):
+            b.publish(HB, beat(ib, 1))
+        time.sleep(1.0 if published else 0.0)
         b.stop()
         b2 = node(ib, tmp_path / "b2")  # same key, so the same peer id
         assert b2.peer_id == b.peer_id
         b2.connect(a.addrs[0])
-        assert delivered(a, b2, 2, 10), (a.stats(), b2.stats())
-        check_chunks_both_ways(a, b2, 31)
+        check(a, b2)
     finally:
         for n in (b2, b, a):
             if n is not None:
                 n.stop()
+
+
+def test_peer_restarted_after_clean_stop(tmp_path: Path) -> None:
+    def check(a: P2PNode, b2: P2PNode) -> None:
+        assert delivered(a, b2, 2, 10), (a.stats(), b2.stats())
+        check_chunks_both_ways(a, b2, 31)
+
+    restarted_cleanly(tmp_path, check)
 
 
 @pytest.mark.slow
@@ -138,25 +151,13 @@ def test_peer_restarted_after_vanishing(tmp_path: Path) -> None:
         relay.close()
 
 
+
 def test_a_restarted_peers_own_gossip_is_not_taken_for_what_it_sent_before(tmp_path: Path) -> None:
     """Gossip ids are (origin, sequence number). A busy peer (a trainer: manifests, receipts,
     heartbeats) runs its sequence numbers ahead of the clock; started again, it must not reuse the
     numbers of its last run, which its peers still hold as seen for two minutes and would drop."""
-    ib = Identity.generate()
-    a = node(Identity.generate(), tmp_path / "a")
-    b = b2 = None
-    try:
-        b = node(ib, tmp_path / "b")
-        b.connect(a.addrs[0])
-        assert delivered(b, a, 1, 20)
-        for _ in range(300):  # a busy run: far more messages than seconds
-            b.publish(HB, beat(ib, 1))
-        time.sleep(1.0)
-        b.stop()
-        b2 = node(ib, tmp_path / "b2")
-        b2.connect(a.addrs[0])
+
+    def check(a: P2PNode, b2: P2PNode) -> None:
         assert delivered(b2, a, 2, 10), (a.stats(), b2.stats())
-    finally:
-        for n in (b2, b, a):
-            if n is not None:
-                n.stop()
+
+    restarted_cleanly(tmp_path, check, published=300)  # a busy run: far more messages than seconds
