@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
-from p2prl.protocol import Scores
+from p2prl.protocol import Scores, is_hex
 
 PER_MESSAGE = 1024  # entries per Scores message: about 80 KiB, under its 128 KiB bound
 
@@ -93,6 +94,40 @@ class ScoreBook:
     def scores(self, current: int | None = None) -> dict[str, int]:
         cur = self.latest if current is None else current
         return {m: self.score(m, cur) for m in self._miners}
+
+    def state(self) -> dict[str, Any]:
+        """What a validator keeps across a restart (JSON-able; miners least recently active first)."""
+        return {
+            "window": self.window,
+            "latest": self.latest,
+            "miners": [[m, {str(v): c for v, c in w.counts.items()}, sorted(w.failures)] for m, w in self._miners.items()],
+        }
+
+    def restore(self, state: Any) -> int:
+        """Take back ``state()`` of an earlier run (this book's window and bound apply; entries that
+        are not well formed are skipped); returns the miners taken back."""
+        if not isinstance(state, dict) or type(state.get("latest")) is not int or not isinstance(state.get("miners"), list):
+            return 0
+        self.latest = max(self.latest, state["latest"])
+        n = 0
+        for entry in state["miners"][-self.max_miners :]:
+            if not (isinstance(entry, list) and len(entry) == 3 and is_hex(entry[0], 32)):
+                continue
+            miner, counts, failures = entry
+            if not (isinstance(counts, dict) and isinstance(failures, list)):
+                continue
+            w = _MinerWindow()
+            for v, c in counts.items():
+                if v.isdigit() and type(c) is int and c > 0:
+                    w.counts[int(v)] = c
+            w.failures = {v for v in failures if type(v) is int and v >= 0}
+            self._prune(w, self.latest)
+            self._miners.pop(miner, None)
+            self._miners[miner] = w
+            n += 1
+        while len(self._miners) > self.max_miners:
+            self._evict()
+        return n
 
     def to_message(self, current: int | None = None) -> Scores:
         """One Scores body with every non-zero score (at most ``PER_MESSAGE``: see ``to_messages``)."""

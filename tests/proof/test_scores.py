@@ -64,3 +64,23 @@ def test_claimed_version_does_not_move_the_window() -> None:
     s.record(B, 2**40, 0, current=5)
     s.record(B, 1, 4, current=5)  # older than the window
     assert s.latest == 5 and s.scores() == {A: 10}
+
+
+def test_a_book_taken_back_keeps_its_scores_and_hard_failures() -> None:
+    """What a restarted validator takes back: the same scores, a hard failure still zeroing its
+    miner, the window sliding on from there; entries that are not well formed skipped."""
+    s = ScoreBook(window=3)
+    s.record(A, 1, 10)
+    s.record(A, 2, 5)
+    s.record(B, 2, 7)
+    s.record(B, 2, 0, hard_failure=True)
+    state = s.state()
+    state["miners"] += [["zz", {}, []], ["cc" * 32, {"x": 1, "2": -3}, ["1"]], 7]
+    again = ScoreBook(window=3)
+    assert again.restore(state) == 3
+    assert again.scores() == {A: 15, B: 0, "cc" * 32: 0}
+    again.record(A, 4, 1)  # v1 leaves the window
+    assert again.score(A) == 6 and again.score(B) == 0
+    again.record(A, 5, 1)
+    assert again.score(B) == 0 and again.score(A) == 2
+    assert ScoreBook(window=3).restore({"latest": "x"}) == 0

@@ -32,6 +32,7 @@ from p2prl.node.runtime.task import generation_params, task_of
 from p2prl.node.setup.settings import ValidatorSettings
 from p2prl.node.validator.judgequeue import GOOD, NEW, Announcement, JudgeQueue, key_of
 from p2prl.node.validator.receiptlists import RECEIPTS_FILE, ReceiptLists
+from p2prl.node.validator.scorefile import SCORES_FILE, load_scores, save_scores
 from p2prl.node.weights.engine import VLLMMinerEngine, open_reference_vllm
 from p2prl.node.weights.isa import IsaEngine
 from p2prl.node.weights.start import open_synced_role
@@ -202,7 +203,8 @@ class Validator:
         # the judging thread's: batches read but not continuing their miner's indices, waiting for
         # the batch before them (signer -> [(deadline, item, bytes, t0)], oldest signed first)
         self._held: dict[str, list[tuple[float, Announcement, bytes, float]]] = {}
-        self.scores = ScoreBook(env.settings.score_window)
+        # the judging thread's; kept across restarts (a restart must not zero honest scores, nor clear a hard failure)
+        self.scores = load_scores(self.dir / SCORES_FILE, ScoreBook(env.settings.score_window))
         self.ready: queue.Queue[tuple[Announcement, bytes | Fetch | None]] = queue.Queue(READY_MAX)
         self._last_scores = 0.0
         self._behind = False
@@ -664,6 +666,7 @@ class Validator:
         if self.scores.scores(self.current.version):
             for msg in self.scores.to_messages(self.current.version):
                 self.env.publish("verdicts", msg)
+        save_scores(self.dir / SCORES_FILE, self.scores)
 
     def holds(self) -> list[str]:
         return [m.blob.id for m in self.book.all()[-8:] if self.env.store.has(m.blob.id)]
@@ -690,3 +693,4 @@ class Validator:
         """The newest version saved (saves are spaced while running)."""
         self.host.close()
         self.receipts.close()
+        save_scores(self.dir / SCORES_FILE, self.scores)
