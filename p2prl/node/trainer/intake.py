@@ -81,23 +81,17 @@ class RolloutIntake:
         self.lock = threading.Lock()
         self.fetch_q: queue.Queue[tuple[RolloutAnnouncement, str, set[int], str]] = queue.Queue(FETCH_QUEUE)
         self.chainlog = ChainLog(env.data_dir / "trainer" / CHAINS_FILE)
-        kept = self.chainlog.load(self._empty())
+        kept = self.chainlog.load(ChainState(LRU(KEPT), LRU(4 * self.policy.cache), LRU(MAX_BARRED)))
         self.barred = kept.barred  # miner key (hex) -> last version it is barred for
         self.policy.restore(kept.decided)
         self.receipts = ReceiptBook(env.identity, env.network_id, chainlog=self.chainlog)
         self.receipts.restore(kept.sent)
 
-    def _empty(self) -> ChainState:
-        return ChainState(LRU(KEPT), LRU(4 * self.policy.cache), LRU(MAX_BARRED))
-
     def _kept(self) -> ChainState:
         """The state ``chainlog`` keeps, copied from its owners."""
-        state = self._empty()
-        state.sent = self.receipts.sent()
         with self.lock:
-            state.decided.update(self.policy.done)
-            state.barred.update(self.barred)
-        return state
+            decided, barred = self.policy.done.copy(), self.barred.copy()
+        return ChainState(self.receipts.sent(), decided, barred)
 
     def bar(self, miner: str, reason: str) -> None:
         """Bar ``miner`` from training for ``BAR_VERSIONS`` versions: its buffered groups go now."""
@@ -148,9 +142,8 @@ class RolloutIntake:
         """Queue the blobs the intake has decided to use (pump and fetch threads both call this)."""
         with self.lock:
             jobs = self.policy.ready(time.monotonic())
-        for job in jobs:  # released: a chained batch may follow it, after a restart too
-            self.chainlog.decided(job.miner, job.ann.blob.id, vetoed=False)
         for job in jobs:
+            self.chainlog.decided(job.miner, job.ann.blob.id, vetoed=False)  # a chained batch may follow it, after a restart too
             try:
                 self.fetch_q.put_nowait((job.ann, job.miner, job.accepted, job.origin))
             except queue.Full:
