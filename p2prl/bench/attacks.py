@@ -50,6 +50,9 @@ class Ctx:
     config: ValidatorConfig
     indices: Callable[[], list[int]]
     group_size: int
+    # the one validator a case's batches meet in turn, when what it remembers of a key matters (the
+    # sides a steering key won, ``proof.sides``); else each batch meets a fresh one
+    judge: RolloutValidator | None = None
 
     def validator(self, receipts: Callable[[str], frozenset[str] | None] | None = None) -> RolloutValidator:
         return RolloutValidator.for_model(
@@ -249,11 +252,20 @@ def steer_in_margin(ctx: Ctx, budgeted: bool = False) -> Outcome:
             rewards.append(r)
         groups.append((i, prompt, comps, rewards))
     prepared = _reprove(ctx, ctx.miner, groups)
-    v = ctx.validator().check(prepared.announcement, ctx.miner, prepared.blob, ctx.version)
+    v = (ctx.judge or ctx.validator()).check(prepared.announcement, ctx.miner, prepared.blob, ctx.version)
     gain = steered_r / honest_r if honest_r else (1.0 if steered_r == 0 else float("inf"))
-    return _outcome(
-        v, prepared, gain=gain, extra={"ambiguous_positions": float(ambiguous), "steered": float(steered)}
-    )
+    earned = sum(r.reward for g in v.valid_groups for r in g.rollouts)
+    extra = {
+        "ambiguous_positions": float(ambiguous),
+        "steered": float(steered),
+        "honest_reward": honest_r,  # what the honest draw of the same prompts and uniforms earns
+        "earned_reward": float(earned),  # what the steered batch's accepted groups earn
+        "side_positions": float(v.stats.side_positions),
+        "side_judged": float(v.stats.side_judged),
+        "side_won": float(v.stats.side_won),
+        "side_lost": float(v.stats.side_lost),
+    }
+    return _outcome(v, prepared, gain=gain, extra=extra)
 
 
 def _affordable(cfg: ValidatorConfig, budget: list[int], d: float) -> bool:

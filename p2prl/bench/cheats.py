@@ -344,6 +344,8 @@ class _Run:
         honest case; ``timed``: honest generation and verification times count."""
         s = self.setup
         ctx = Ctx(s, self.model, self.cur, self.mh, MINER, cfg, self.indices, GROUP_SIZE)
+        if case == "honest" or case.startswith("steer_"):  # one validator, which keeps the key's sides
+            ctx = dataclasses.replace(ctx, judge=ctx.validator())
         row: dict[str, Any] = {"case": case, "n": 0, "accepted": 0, "reasons": {}, "hard": 0, "batches": 0}
         gains: list[float] = []
         for _ in range(n_batches):
@@ -353,13 +355,21 @@ class _Run:
             else:
                 prepared = self.honest_batch(self.model, own) if case == "honest" and own is not None else self.variant(case)
                 t2 = time.perf_counter()
-                v = RolloutValidator.for_model(self.model, s.tokenizer, s.task, self.cur, self.mh, config=cfg)
+                v = ctx.judge or RolloutValidator.for_model(self.model, s.tokenizer, s.task, self.cur, self.mh, config=cfg)
                 verdict = v.check(prepared.announcement, MINER, prepared.blob, self.cur)
                 t3 = time.perf_counter()
                 if case == "honest" and timed:
                     self.gen_s += t2 - t1
                     self.verify_s += t3 - t2
-                out = Outcome(prepared.batch.n_rollouts, verdict.accepted_rollouts, verdict.reasons(), verdict.hard_failure)
+                out = Outcome(
+                    prepared.batch.n_rollouts,
+                    verdict.accepted_rollouts,
+                    verdict.reasons(),
+                    verdict.hard_failure,
+                    extra={
+                        k: float(getattr(verdict.stats, k)) for k in ("side_positions", "side_judged", "side_won", "side_lost")
+                    },
+                )
             row["batches"] += 1
             row["n"] += out.n
             row["accepted"] += out.accepted
@@ -374,7 +384,10 @@ class _Run:
                 row.setdefault("extra", {})[k] = row.get("extra", {}).get(k, 0.0) + x
         if gains:
             row["gain"] = float(sum(gains) / len(gains))
-        more = "".join(f" {k}={row[k]:.3g}" for k in ("gain", "trained") if k in row)
+        extra = row.get("extra", {})
+        if extra.get("honest_reward"):  # what the attack earned in accepted groups, over the honest draw
+            row["earned_gain"] = extra["earned_reward"] / extra["honest_reward"]
+        more = "".join(f" {k}={row[k]:.3g}" for k in ("gain", "earned_gain", "trained") if k in row)
         log(f"  {case:20s} {row['accepted']:4d}/{row['n']:<4d} hard {row['hard']}/{row['batches']}{more} {row['reasons']}")
         return row
 

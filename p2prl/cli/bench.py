@@ -218,11 +218,14 @@ def bench_cheats(
         typer.echo(json.dumps(result, sort_keys=True, default=float))
         return
     for col, table in result["columns"].items():
-        typer.echo(f"\n{col}: {'case':20s} {'accepted/n':>12s} {'gain':>6s} {'trained':>8s}")
+        typer.echo(f"\n{col}: {'case':20s} {'accepted/n':>12s} {'gain':>6s} {'earned':>6s} {'trained':>8s}")
         for c in table:
             gain = f"{c['gain']:.2f}" if "gain" in c else "-"
+            earned = f"{c['earned_gain']:.2f}" if "earned_gain" in c else "-"  # in accepted groups only
             trained = str(c["trained"]) if "trained" in c else "-"
-            typer.echo(f"{'':{len(col) + 2}s}{c['case']:20s} {c['accepted']:>5d}/{c['n']:<6d} {gain:>6s} {trained:>8s}")
+            typer.echo(
+                f"{'':{len(col) + 2}s}{c['case']:20s} {c['accepted']:>5d}/{c['n']:<6d} {gain:>6s} {earned:>6s} {trained:>8s}"
+            )
     typer.echo(f"verify time / generation: {result['verify_fraction']:.1%}")
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from p2prl.proof.miner import mine_batch, sample_keys
     from p2prl.proof.recompute import forward_flat
     from p2prl.proof.scores import ScoreBook
+    from p2prl.proof.sides import SideRecord
     from p2prl.proof.validate import (
         BatchVerdict,
         RolloutValidator,
@@ -42,6 +43,7 @@ __all__ = [
     "BatchVerdict",
     "RolloutValidator",
     "ScoreBook",
+    "SideRecord",
     "ValidatorConfig",
     "build_batch",
     "calibrate_tolerances",

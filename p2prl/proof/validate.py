@@ -33,6 +33,7 @@ from p2prl.proof.batch import (
 )
 from p2prl.proof.fingerprint import SKETCH_DIM
 from p2prl.proof.recompute import Job, fisher_log_pvalues, iter_rollout_stats
+from p2prl.proof.sides import Side, SideRecord, judge_sides, off_positions
 from p2prl.protocol import (
     DEFAULT_MAX_STALENESS,
     PPM,
@@ -118,6 +119,19 @@ class ValidatorConfig:
     # measures them on this engine
     sampling_rungs: tuple[float, ...] = (0.5, 0.25, 0.125, 0.0625)
     sampling_rung_rates: tuple[float, ...] = (0.002, 0.03, 0.08, 0.2)
+    # which side a miner took where its token is not this validator's pick (``proof.sides``): at up to
+    # side_checks such positions of a batch's recomputed rollouts (picked secretly) the rollout is
+    # continued with this validator's model and the same uniforms and the rewards compared; a key
+    # whose record of sides won and lost over about its last side_window decided positions is beyond
+    # even odds at sampling_alpha fails hard as sampling (steering toward reward). 0 turns it off.
+    # Judged only while at most side_dense of the batch's checked tokens are off this validator's
+    # picks: where honest drift is denser (vLLM against transformers on the 24M configuration, 14%)
+    # the few positions judged are lost among it and each costs a generation (there it tripled the
+    # verification time for no power), so the check is left to where rounding is near exact
+    side_checks: int = 8
+    side_dense: float = 0.05
+    side_window: int = 256
+    side_keys: int = 1 << 16
     # a repeated (prompt, completion) is a copy when its probability under the model is below this
     # (two honest draws of it then collide with probability < copy_max_prob**2 per pair)
     copy_max_prob: float = 1e-9
@@ -212,6 +226,13 @@ class CheckStats:
     sampling_dist_max: float = 0.0  # the farthest a uniform lay outside its token's interval
     # the least likely rung count under its honest rate (log binomial tail; 0 with nothing outside)
     sampling_rung_logp: float = 0.0
+    # sides (proof.sides): of the positions judged, where the miner's rollout earned more / less than the
+    # validator's continuation, and the key's record's log p-value after this batch (0: nothing decided)
+    side_positions: int = 0  # recomputed positions whose token is not this validator's pick
+    side_judged: int = 0  # of them, judged
+    side_won: int = 0
+    side_lost: int = 0
+    side_logp: float = 0.0
     rollouts_picked: int = 0  # the secret sample plus every repeat
     rollouts_recomputed: int = 0  # fewer than picked when a hard failure stopped the checks
     rollouts_float32: int = 0  # of them, computed again in float32 because they looked off in bf16
@@ -355,6 +376,8 @@ class RolloutValidator:
         self.used_slots: LRU[tuple[str, bytes, int], None] = LRU(self.config.seen_capacity)
         # (version, miner) -> the next prompt index a chain start of that miner must start at
         self.next_index: LRU[tuple[int, bytes], int] = LRU(self.config.seen_capacity)
+        # per key, the sides it won and lost where its tokens were not this validator's picks
+        self.sides = SideRecord(self.config.side_window, self.config.side_keys)
         # the current version when this validator started (default: at its first batch of a version it
         # holds, so a node still catching up does not count as started); it saw the
         # batches of later versions from their start, of earlier ones maybe not
@@ -498,13 +521,14 @@ class RolloutValidator:
         unique, keys, repeats = self._find_repeats(batch, reasons)
         todo = self._pick_rollouts(batch, blob_id, reasons, repeats)
         stats = CheckStats(rollouts_picked=len(todo))
-        fp, tails, pos_errs, dists = self._check_rollouts(
+        fp, tails, pos_errs, dists, off = self._check_rollouts(
             batch, model, blob_id, todo, repeats, reasons, stats
         )
         self._check_batch_distribution(tails, reasons, stats)
         self._group_fingerprints(fp, stats)
         self._check_batch_fingerprint(pos_errs, reasons, stats)
         self._check_batch_sampling(dists, reasons, stats)
+        self._check_sides(batch, model, blob_id, off, problems, reasons, stats)
         verdict = self._verdict(batch, reasons, problems, unique, stats)
         self._remember(batch, verdict, keys, blob_id)
         return verdict
@@ -604,13 +628,17 @@ class RolloutValidator:
         repeats: dict[tuple[int, int], bool],
         reasons: list[str],
         stats: CheckStats,
-    ) -> tuple[dict[int, tuple[float, float]], tuple[float, int], list[np.ndarray], list[np.ndarray]]:
+    ) -> tuple[
+        dict[int, tuple[float, float]], tuple[float, int], list[np.ndarray], list[np.ndarray], list[tuple[int, int, int]]
+    ]:
         """Recompute the picked rollouts with the model and check each: fingerprint, behaviour
         logprobs, the likelihood of its tokens, and (for a repeat) whether it is a copy. Stops at the
         first hard failure (proof enough). Returns per group the fingerprint's (squared error, count),
-        the batch's (sum of log tail probabilities, count), the per-position fingerprint errors and
-        the sampling distances over what was recomputed."""
+        the batch's (sum of log tail probabilities, count), the per-position fingerprint errors, the
+        sampling distances over what was recomputed and its (group, rollout, position)s whose token
+        is not this validator's pick."""
         fp: dict[int, tuple[float, float]] = {}
+        off: list[tuple[int, int, int]] = []
         log_tails, n_tails = 0.0, 0
         pos_errs: list[np.ndarray] = []
         dists: list[np.ndarray] = []
@@ -624,6 +652,7 @@ class RolloutValidator:
             pos_errs.append(res["fp_pos"])
             if res["samp_dist"] is not None:
                 dists.append(res["samp_dist"])
+                off += [(gi, ri, int(t)) for t in off_positions(res["samp_dist"])]
             if reasons[gi] in HARD_FAILURES:
                 continue
             # a group dropped softly is still judged for proof: a soft reason must not cover a hard one
@@ -634,7 +663,7 @@ class RolloutValidator:
                 break
             if reasons[gi] == R.OK:
                 reasons[gi] = reason
-        return fp, (log_tails, n_tails), pos_errs, dists
+        return fp, (log_tails, n_tails), pos_errs, dists, off
 
     def _rollout_reason(self, res: dict[str, Any], copied_from_other: bool | None) -> str:
         """One recomputed rollout's reason; ``copied_from_other`` is None unless it is a repeat.
@@ -726,6 +755,47 @@ class RolloutValidator:
             binom_log_sf(stats.sampling_misses, stats.sampling_tokens, cfg.sampling_miss_rate) < log_alpha
             or stats.sampling_rung_logp < log_alpha - math.log(max(1, len(cfg.sampling_rungs)))
         ):
+            for gi, r in enumerate(reasons):
+                if r == R.OK:
+                    reasons[gi] = R.SAMPLING
+
+    def _check_sides(
+        self,
+        batch: RolloutBatch,
+        model: Any,
+        blob_id: str,
+        off: list[tuple[int, int, int]],
+        problems: list[Any],
+        reasons: list[str],
+        stats: CheckStats,
+    ) -> None:
+        """Whether the sides the miner took where its tokens are not this validator's picks pay more
+        often than even odds allow (``proof.sides``): up to ``side_checks`` such positions of groups
+        still ok, picked from this validator's secret, are judged and folded into the key's record; a
+        record past ``sampling_alpha`` fails every group still ok as ``sampling``."""
+        cfg = self.config
+        if cfg.side_checks <= 0 or cfg.sampling_alpha <= 0 or _failed_hard(reasons):
+            return
+        off = [o for o in off if reasons[o[0]] == R.OK]
+        stats.side_positions = len(off)
+        if not off or len(off) > max(cfg.side_checks, cfg.side_dense * stats.sampling_tokens):
+            return
+        gen = cfg.generation
+        sides = []
+        for k in sorted(int(i) for i in self._secret_pick(b"sides", blob_id, (), len(off), cfg.side_checks)):
+            gi, ri, t = off[k]
+            g, r = batch.groups[gi], batch.groups[gi].rollouts[ri]
+            u = uniforms(sample_key(batch.prompt_seed, batch.miner, g.index, ri), gen.max_new_tokens)
+            ids = r.completion_ids.tolist()
+            sides.append(Side(g.prompt_ids.tolist(), ids[:t], u[t:], problems[gi], float(r.reward)))
+        signs = judge_sides(model, self.tokenizer, self.task, sides, gen.max_new_tokens, gen.temperature, gen.top_p)
+        stats.side_judged = len(signs)
+        stats.side_won, stats.side_lost = signs.count(1), signs.count(-1)
+        if not stats.side_won and not stats.side_lost:
+            stats.side_logp = self.sides.log_sf(batch.miner)
+            return
+        stats.side_logp = self.sides.add(batch.miner, stats.side_won, stats.side_lost)
+        if stats.side_logp < math.log(cfg.sampling_alpha):
             for gi, r in enumerate(reasons):
                 if r == R.OK:
                     reasons[gi] = R.SAMPLING

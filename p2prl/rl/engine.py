@@ -196,6 +196,20 @@ class HFEngine:
             flat.extend(self._generate_batch(rows[part], params, gen, us))
         return [flat[i * n_samples : (i + 1) * n_samples] for i in range(len(prompts))]
 
+    @torch.no_grad()
+    def generate_rows(self, rows: list[list[int]], us: np.ndarray, params: GenerationParams) -> list[Sample]:
+        """One completion per row drawn with the given uniforms (``us[k, t]`` for row ``k``'s token
+        ``t``; ``params.max_new_tokens`` at most ``us.shape[1]``): a rollout continued from any of its
+        positions with its own public uniforms (``proof.sides``)."""
+        if len(rows) != len(us) or us.ndim != 2 or params.max_new_tokens > us.shape[1]:
+            raise ValueError("one row of uniforms per row, at least max_new_tokens long")
+        gen = torch.Generator(device="cpu").manual_seed(params.seed)
+        out: list[Sample] = []
+        for start in range(0, len(rows), self.max_batch):
+            part = slice(start, start + self.max_batch)
+            out.extend(self._generate_batch(rows[part], params, gen, torch.from_numpy(np.ascontiguousarray(us[part]))))
+        return out
+
     def _generate_batch(
         self,
         rows: list[list[int]],

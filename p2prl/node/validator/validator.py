@@ -32,7 +32,14 @@ from p2prl.node.runtime.task import generation_params, task_of
 from p2prl.node.setup.settings import ValidatorSettings
 from p2prl.node.validator.judgequeue import GOOD, NEW, Announcement, JudgeQueue, key_of
 from p2prl.node.validator.receiptlists import RECEIPTS_FILE, ReceiptLists
-from p2prl.node.validator.scorefile import SCORES_FILE, load_scores, save_scores
+from p2prl.node.validator.scorefile import (
+    SCORES_FILE,
+    SIDES_FILE,
+    load_scores,
+    load_sides,
+    save_scores,
+    save_sides,
+)
 from p2prl.node.weights.engine import VLLMMinerEngine, open_reference_vllm
 from p2prl.node.weights.isa import IsaEngine
 from p2prl.node.weights.start import open_synced_role
@@ -193,6 +200,7 @@ class Validator:
             position_secret=position_secret(env.identity),
             receipts=self.receipts.entries,
         )
+        load_sides(self.dir / SIDES_FILE, self.checker.sides)  # a restart keeps a steering key's record
         self.max_staleness = int(env.g.max_staleness)
         self.jq = JudgeQueue(self.max_staleness + LATE_VERSIONS)  # judged pairs kept while judgeable
         self.jq_cond = threading.Condition()
@@ -606,6 +614,10 @@ class Validator:
         st.incr("rollouts_accepted", sum(len(g.rollouts) for g in bv.valid_groups))
         st.incr("rollouts_rejected", (len(bv.groups) - acc) * self.env.g.generation.group_size)
         st.incr("rollouts_float32", bv.stats.rollouts_float32)  # judged again on the float32 reference
+        st.incr("side_positions", bv.stats.side_positions)  # which side paid (proof.sides)
+        st.incr("sides_judged", bv.stats.side_judged)
+        st.incr("sides_won", bv.stats.side_won)
+        st.incr("sides_lost", bv.stats.side_lost)
         for g in bv.groups:
             if not g.accepted:
                 st.incr_label("rejected", g.reason)
@@ -667,6 +679,7 @@ class Validator:
             for msg in self.scores.to_messages(self.current.version):
                 self.env.publish("verdicts", msg)
         save_scores(self.dir / SCORES_FILE, self.scores)
+        save_sides(self.dir / SIDES_FILE, self.checker.sides)
 
     def holds(self) -> list[str]:
         return [m.blob.id for m in self.book.all()[-8:] if self.env.store.has(m.blob.id)]
@@ -694,3 +707,4 @@ class Validator:
         self.host.close()
         self.receipts.close()
         save_scores(self.dir / SCORES_FILE, self.scores)
+        save_sides(self.dir / SIDES_FILE, self.checker.sides)
