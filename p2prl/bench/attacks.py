@@ -6,6 +6,8 @@ what an attacker announces, has it judged as a network judges it, and says what 
   reward (a lookahead); everything else honest. Gain: steered reward over the honest draw's.
 - ``steer_in_budget``: the same, steering only as many positions as each rung of the validator's
   sampling check allows a batch (an attacker who knows its rates).
+- ``steer_by_misses``: the budgeted attacker who also spends the misses the sampling check allows a
+  batch (uniforms beyond the margin) on the likeliest tokens that pay, wherever they are.
 - ``payload_unrecomputed``: one rollout per batch replaced by a fabricated rewarded completion (the
   problem's answer), proved by the right model. Caught when the validator rejects it or the
   trainer's token check (``rl.verify``) leaves it out; ``trained`` counts its tokens a step trained on.
@@ -178,9 +180,11 @@ def _cut_at_stop(ids: list[int], start: int, stop: set[int]) -> list[int]:
     return ids
 
 
-def _candidates(logits: Any, u: float, margin: float, temperature: float, top_p: float) -> dict[int, float]:
+def _candidates(
+    logits: Any, u: float, margin: float, temperature: float, top_p: float, likeliest: int = 0
+) -> dict[int, float]:
     """Tokens whose interval lies within ``margin`` of ``u``, each with its distance (the honest
-    pick among them, at 0)."""
+    pick among them, at 0), and the ``likeliest`` most probable tokens wherever their intervals lie."""
     from p2prl.rl.sampling import processed_probs
 
     p = processed_probs(logits, temperature, top_p)[0]
@@ -190,7 +194,11 @@ def _candidates(logits: Any, u: float, margin: float, temperature: float, top_p:
     d = np.maximum(0.0, np.maximum(lo.numpy() - u, u - hi.numpy()))
     near = np.flatnonzero((d <= margin) & (p.numpy() > 0))
     near = near[np.argsort(d[near], kind="stable")][: 1 + MAX_ALTERNATIVES]  # the honest pick first (d 0)
-    return {int(i): float(d[i]) for i in near}
+    out = {int(i): float(d[i]) for i in near}
+    if likeliest:
+        for i in np.argsort(-p.numpy(), kind="stable")[:likeliest]:
+            out.setdefault(int(i), float(d[i]))
+    return out
 
 
 def rung_budgets(cfg: ValidatorConfig, n: int) -> list[int]:
@@ -202,9 +210,10 @@ def rung_budgets(cfg: ValidatorConfig, n: int) -> list[int]:
     return [failing_count(n, rate, alpha) - 1 for rate in cfg.sampling_rung_rates]
 
 
-def steer_in_margin(ctx: Ctx, budgeted: bool = False) -> Outcome:
+def steer_in_margin(ctx: Ctx, budgeted: bool = False, misses: bool = False) -> Outcome:
     """Steer every choice the margin leaves toward reward, or (``budgeted``) only as many as each
-    rung of the sampling check allows a batch of this size, the largest gains first come first."""
+    rung of the sampling check allows a batch of this size, the largest gains first come first;
+    ``misses``: budgeted, and also the misses the check allows, each on one of the likeliest tokens."""
     from p2prl.rl.sampling import pick_tokens, sample_key, uniforms
     from p2prl.rl.tasks import derive_seed
 
@@ -217,7 +226,12 @@ def steer_in_margin(ctx: Ctx, budgeted: bool = False) -> Outcome:
         prompt = tok.encode_prompt(problem.prompt)
         us = [uniforms(sample_key(ctx.mh, ctx.miner, i, j), params.max_new_tokens) for j in range(ctx.group_size)]
         rows.append((i, problem, prompt, us, [_complete(ctx, prompt, [], u) for u in us]))
-    budget = rung_budgets(cfg, sum(len(c) for *_, honest in rows for c in honest)) if budgeted else None
+    n_tokens = sum(len(c) for *_, honest in rows for c in honest)
+    budget = rung_budgets(cfg, n_tokens) if budgeted or misses else None
+    if budget is not None and misses:  # the misses a batch of n_tokens may hold, the last entry
+        from p2prl.proof import failing_count
+
+        budget.append(failing_count(n_tokens, cfg.sampling_miss_rate, cfg.sampling_alpha) - 1)
     groups, honest_r, steered_r, ambiguous, steered = [], 0.0, 0.0, 0, 0
     for i, problem, prompt, us, honest in rows:
         comps, rewards = [], []
@@ -227,7 +241,9 @@ def steer_in_margin(ctx: Ctx, budgeted: bool = False) -> Outcome:
             while len(out) < params.max_new_tokens and not (out and out[-1] in stop):
                 t = len(out)
                 logits = _next_logits(ctx.model, prompt + out)
-                cands = _candidates(logits, float(u[t]), margin, params.temperature, params.top_p)
+                cands = _candidates(
+                    logits, float(u[t]), margin, params.temperature, params.top_p, MAX_ALTERNATIVES if misses else 0
+                )
                 honest_tok = int(pick_tokens(logits, u[t : t + 1], params.temperature, params.top_p)[0])
                 best, best_r = honest_tok, None
                 tried = [honest_tok] + [
@@ -269,13 +285,19 @@ def steer_in_margin(ctx: Ctx, budgeted: bool = False) -> Outcome:
 
 
 def _affordable(cfg: ValidatorConfig, budget: list[int], d: float) -> bool:
-    return all(b > 0 for f, b in zip(cfg.sampling_rungs, budget, strict=True) if d > cfg.sampling_margin * f)
+    """Whether a steer at distance ``d`` fits every rung's budget it counts on (and, past the margin,
+    the misses' budget: the entry after the rungs, absent when misses are not spent)."""
+    if d > cfg.sampling_margin and (len(budget) == len(cfg.sampling_rungs) or budget[-1] <= 0):
+        return False
+    return all(b > 0 for f, b in zip(cfg.sampling_rungs, budget, strict=False) if d > cfg.sampling_margin * f)
 
 
 def _spend(cfg: ValidatorConfig, budget: list[int], d: float) -> None:
     for k, f in enumerate(cfg.sampling_rungs):
         if d > cfg.sampling_margin * f:
             budget[k] -= 1
+    if d > cfg.sampling_margin:
+        budget[-1] -= 1
 
 
 # -- a payload nobody recomputed ------------------------------------------------------------------------

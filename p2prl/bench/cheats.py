@@ -74,6 +74,7 @@ CASES = (
     "best_of_samples",
     "steer_in_margin",
     "steer_in_budget",
+    "steer_by_misses",
     "payload_unrecomputed",
     "copy_front_running",
     "key_grinding_64",
@@ -395,6 +396,7 @@ class _Run:
 ATTACKS: dict[str, Callable[[Ctx], Outcome]] = {
     "steer_in_margin": steer_in_margin,
     "steer_in_budget": lambda c: steer_in_margin(c, budgeted=True),
+    "steer_by_misses": lambda c: steer_in_margin(c, budgeted=True, misses=True),
     "payload_unrecomputed": payload_unrecomputed,
     "copy_front_running": lambda c: copy_front_running(c, ATTACKER),
     "key_grinding_64": key_grinding,

@@ -629,16 +629,20 @@ class RolloutValidator:
         reasons: list[str],
         stats: CheckStats,
     ) -> tuple[
-        dict[int, tuple[float, float]], tuple[float, int], list[np.ndarray], list[np.ndarray], list[tuple[int, int, int]]
+        dict[int, tuple[float, float]],
+        tuple[float, int],
+        list[np.ndarray],
+        list[np.ndarray],
+        list[tuple[int, int, int, bool]],
     ]:
         """Recompute the picked rollouts with the model and check each: fingerprint, behaviour
         logprobs, the likelihood of its tokens, and (for a repeat) whether it is a copy. Stops at the
         first hard failure (proof enough). Returns per group the fingerprint's (squared error, count),
         the batch's (sum of log tail probabilities, count), the per-position fingerprint errors, the
-        sampling distances over what was recomputed and its (group, rollout, position)s whose token
-        is not this validator's pick."""
+        sampling distances over what was recomputed and its (group, rollout, position, miss)s whose
+        token is not this validator's pick (``miss``: beyond the sampling margin)."""
         fp: dict[int, tuple[float, float]] = {}
-        off: list[tuple[int, int, int]] = []
+        off: list[tuple[int, int, int, bool]] = []
         log_tails, n_tails = 0.0, 0
         pos_errs: list[np.ndarray] = []
         dists: list[np.ndarray] = []
@@ -652,7 +656,8 @@ class RolloutValidator:
             pos_errs.append(res["fp_pos"])
             if res["samp_dist"] is not None:
                 dists.append(res["samp_dist"])
-                off += [(gi, ri, int(t)) for t in off_positions(res["samp_dist"])]
+                d = res["samp_dist"]
+                off += [(gi, ri, int(t), bool(d[t] > self.config.sampling_margin)) for t in off_positions(d)]
             if reasons[gi] in HARD_FAILURES:
                 continue
             # a group dropped softly is still judged for proof: a soft reason must not cover a hard one
@@ -764,26 +769,29 @@ class RolloutValidator:
         batch: RolloutBatch,
         model: Any,
         blob_id: str,
-        off: list[tuple[int, int, int]],
+        off: list[tuple[int, int, int, bool]],
         problems: list[Any],
         reasons: list[str],
         stats: CheckStats,
     ) -> None:
         """Whether the sides the miner took where its tokens are not this validator's picks pay more
         often than even odds allow (``proof.sides``): up to ``side_checks`` such positions of groups
-        still ok, picked from this validator's secret, are judged and folded into the key's record; a
-        record past ``sampling_alpha`` fails every group still ok as ``sampling``."""
+        still ok are judged and folded into the key's record — the misses first (beyond the margin:
+        honest rounding makes one seldom, so judging them costs an honest batch nothing however dense
+        its drift), then, while the positions off are not dense, the rest, picked from this
+        validator's secret. A record past ``sampling_alpha`` fails every group still ok as
+        ``sampling``."""
         cfg = self.config
         if cfg.side_checks <= 0 or cfg.sampling_alpha <= 0 or _failed_hard(reasons):
             return
         off = [o for o in off if reasons[o[0]] == R.OK]
         stats.side_positions = len(off)
-        if not off or len(off) > max(cfg.side_checks, cfg.side_dense * stats.sampling_tokens):
+        picked = self.pick_sides(blob_id, off, stats.sampling_tokens)
+        if not picked:
             return
         gen = cfg.generation
         sides = []
-        for k in sorted(int(i) for i in self._secret_pick(b"sides", blob_id, (), len(off), cfg.side_checks)):
-            gi, ri, t = off[k]
+        for gi, ri, t, _ in sorted(picked):
             g, r = batch.groups[gi], batch.groups[gi].rollouts[ri]
             u = uniforms(sample_key(batch.prompt_seed, batch.miner, g.index, ri), gen.max_new_tokens)
             ids = r.completion_ids.tolist()
@@ -799,6 +807,21 @@ class RolloutValidator:
             for gi, r in enumerate(reasons):
                 if r == R.OK:
                     reasons[gi] = R.SAMPLING
+
+    def pick_sides(
+        self, blob_id: str, off: list[tuple[int, int, int, bool]], tokens: int
+    ) -> list[tuple[int, int, int, bool]]:
+        """Which of the positions ``off`` (of ``tokens`` checked) to judge: the misses first, up to
+        ``side_checks``, then, while all of ``off`` are at most ``side_dense`` of the tokens (or
+        ``side_checks``), the rest up to ``side_checks`` in all; each part picked from the secret."""
+        cfg = self.config
+        far = [o for o in off if o[3]]
+        near = [o for o in off if not o[3]]
+        picked = [far[int(i)] for i in self._secret_pick(b"far", blob_id, (), len(far), cfg.side_checks)]
+        room = cfg.side_checks - len(picked)
+        if near and room > 0 and len(off) <= max(cfg.side_checks, cfg.side_dense * tokens):
+            picked += [near[int(i)] for i in self._secret_pick(b"sides", blob_id, (), len(near), room)]
+        return sorted(picked)
 
     def _remember(
         self, batch: RolloutBatch, verdict: BatchVerdict, keys: dict[bytes, int], blob_id: str

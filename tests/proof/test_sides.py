@@ -149,3 +149,37 @@ def test_where_honest_drift_is_dense_the_sides_are_not_judged(world: World) -> N
         else:
             assert v.stats.side_judged == v.stats.side_positions
     assert dense > 0
+
+
+def test_misses_are_judged_first_and_however_dense_the_drift(world: World) -> None:
+    """A miss (beyond the margin) is a choice honest rounding seldom makes, so it is judged whatever
+    the rest: first, and even where the positions off are too dense for the others to be judged (a
+    steering key cannot hide its misses among honest drift)."""
+    v = world.validator(config=dataclasses.replace(world.config, side_checks=8, side_dense=0.05))
+    blob = "ab" * 32
+    far = [(0, 0, t, True) for t in range(3)]
+    near = [(1, r, t, False) for r in range(4) for t in range(25)]  # 100 off of 1,000 checked: dense
+    assert v.pick_sides(blob, far + near, 1000) == far
+    few = near[:20]  # 23 off of 1,000: not dense; the misses, then 5 of the rest
+    got = v.pick_sides(blob, far + few, 1000)
+    assert len(got) == 8 and set(far) <= set(got) and set(got) - set(far) <= set(few)
+    many = [(2, 0, t, True) for t in range(12)]  # more misses than side_checks: 8 of them
+    got = v.pick_sides(blob, many + near, 1000)
+    assert len(got) == 8 and set(got) <= set(many)
+    assert v.pick_sides(blob, many + near, 1000) == got  # the secret fixes the pick
+
+
+def test_steering_with_the_misses_a_batch_may_hold_fails_hard_too(world: World) -> None:
+    """The misses the sampling check allows a batch (5 of ~500 tokens at rate 1e-4), each spent on a
+    likely token that pays wherever its interval lies, were accepted in every batch (×1.19 at node
+    defaults on the default model); the misses are judged first, so the key's record fails it within
+    a few batches."""
+    ctx = _steering_ctx(world, 900)
+    outcomes = []
+    for _ in range(12):
+        outcomes.append(steer_in_margin(ctx, budgeted=True, misses=True))
+        if outcomes[-1].hard:
+            break
+    assert outcomes[-1].hard and set(outcomes[-1].reasons) == {R.SAMPLING}, outcomes[-1].reasons
+    assert sum(o.extra["side_won"] for o in outcomes) >= 30
+    assert all(o.accepted == o.n for o in outcomes[:-1])
