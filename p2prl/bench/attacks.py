@@ -331,8 +331,9 @@ def payload_unrecomputed(ctx: Ctx) -> Outcome:
         groups[gi] = (index, prompt, comps, rewards)
         where.add((index, j))
     prepared = _reprove(ctx, ctx.miner, groups)
-    v = ctx.validator().check(prepared.announcement, ctx.miner, prepared.blob, ctx.version)
-    return _outcome(v, prepared, trained=_trained_payloads(ctx, v, where))
+    v = (ctx.judge or ctx.validator()).check(prepared.announcement, ctx.miner, prepared.blob, ctx.version)
+    sides = {k: float(getattr(v.stats, k)) for k in ("side_judged", "side_won", "side_lost")}
+    return _outcome(v, prepared, trained=_trained_payloads(ctx, v, where), extra=sides)
 
 
 # -- copy front-running -------------------------------------------------------------------------------

@@ -345,7 +345,7 @@ class _Run:
         honest case; ``timed``: honest generation and verification times count."""
         s = self.setup
         ctx = Ctx(s, self.model, self.cur, self.mh, MINER, cfg, self.indices, GROUP_SIZE)
-        if case == "honest" or case.startswith("steer_"):  # one validator, which keeps the key's sides
+        if case in ("honest", "payload_unrecomputed") or case.startswith("steer_"):  # one validator: it keeps the key's sides
             ctx = dataclasses.replace(ctx, judge=ctx.validator())
         row: dict[str, Any] = {"case": case, "n": 0, "accepted": 0, "reasons": {}, "hard": 0, "batches": 0}
         gains: list[float] = []
