@@ -93,6 +93,11 @@ class Outcome:
     extra: dict[str, float] = field(default_factory=dict)
 
 
+def side_extra(verdict: BatchVerdict) -> dict[str, float]:
+    """What the validator's sides check (``proof.sides``) saw of one batch, for an outcome's extra."""
+    return {k: float(getattr(verdict.stats, k)) for k in ("side_positions", "side_judged", "side_won", "side_lost")}
+
+
 def _outcome(verdict: BatchVerdict, prepared: PreparedBatch, **kw: Any) -> Outcome:
     return Outcome(prepared.batch.n_rollouts, verdict.accepted_rollouts, verdict.reasons(), verdict.hard_failure, **kw)
 
@@ -276,10 +281,7 @@ def steer_in_margin(ctx: Ctx, budgeted: bool = False, misses: bool = False) -> O
         "steered": float(steered),
         "honest_reward": honest_r,  # what the honest draw of the same prompts and uniforms earns
         "earned_reward": float(earned),  # what the steered batch's accepted groups earn
-        "side_positions": float(v.stats.side_positions),
-        "side_judged": float(v.stats.side_judged),
-        "side_won": float(v.stats.side_won),
-        "side_lost": float(v.stats.side_lost),
+        **side_extra(v),
     }
     return _outcome(v, prepared, gain=gain, extra=extra)
 
@@ -332,8 +334,7 @@ def payload_unrecomputed(ctx: Ctx) -> Outcome:
         where.add((index, j))
     prepared = _reprove(ctx, ctx.miner, groups)
     v = (ctx.judge or ctx.validator()).check(prepared.announcement, ctx.miner, prepared.blob, ctx.version)
-    sides = {k: float(getattr(v.stats, k)) for k in ("side_judged", "side_won", "side_lost")}
-    return _outcome(v, prepared, trained=_trained_payloads(ctx, v, where), extra=sides)
+    return _outcome(v, prepared, trained=_trained_payloads(ctx, v, where), extra=side_extra(v))
 
 
 # -- copy front-running -------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from p2prl.bench.attacks import (
     copy_front_running,
     key_grinding,
     payload_unrecomputed,
+    side_extra,
     soft_drop,
     steer_in_margin,
 )
@@ -367,9 +368,7 @@ class _Run:
                     verdict.accepted_rollouts,
                     verdict.reasons(),
                     verdict.hard_failure,
-                    extra={
-                        k: float(getattr(verdict.stats, k)) for k in ("side_positions", "side_judged", "side_won", "side_lost")
-                    },
+                    extra=side_extra(verdict),
                 )
             row["batches"] += 1
             row["n"] += out.n

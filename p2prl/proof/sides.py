@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from p2prl.lru import LRU
+from p2prl.protocol import is_hex
 from p2prl.rl import binom_log_sf
 
 
@@ -81,11 +82,14 @@ class SideRecord:
     def add(self, key: bytes, won: int, lost: int) -> float:
         """Fold one batch's decided sides in; returns the key's log p-value (``log_sf``)."""
         w, l_ = self._d.get(key, (0.0, 0.0))
-        w, l_ = w + won, l_ + lost
+        self._d.put(key, self._fit(w + won, l_ + lost))
+        return self.log_sf(key)
+
+    def _fit(self, w: float, l_: float) -> tuple[float, float]:
+        """Both counts halved until their sum is within the window."""
         while w + l_ > self.window:
             w, l_ = w / 2, l_ / 2
-        self._d.put(key, (w, l_))
-        return self.log_sf(key)
+        return w, l_
 
     def get(self, key: bytes) -> tuple[float, float]:
         return self._d.get(key, (0.0, 0.0))
@@ -101,18 +105,12 @@ class SideRecord:
             return 0
         n = 0
         for entry in state["keys"][-self._d.capacity :]:
-            if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str) and len(entry[0]) == 64):
+            if not (isinstance(entry, list) and len(entry) == 3 and is_hex(entry[0], 32)):
                 continue
-            try:
-                key = bytes.fromhex(entry[0])
-                w, l_ = float(entry[1]), float(entry[2])
-            except (TypeError, ValueError):
+            key, w, l_ = entry
+            if not all(type(x) in (int, float) and math.isfinite(x) and x >= 0 for x in (w, l_)):
                 continue
-            if not (math.isfinite(w) and math.isfinite(l_) and w >= 0 and l_ >= 0):
-                continue
-            while w + l_ > self.window:
-                w, l_ = w / 2, l_ / 2
-            self._d.put(key, (w, l_))
+            self._d.put(bytes.fromhex(key), self._fit(float(w), float(l_)))
             n += 1
         return n
 

@@ -678,6 +678,10 @@ class Validator:
         if self.scores.scores(self.current.version):
             for msg in self.scores.to_messages(self.current.version):
                 self.env.publish("verdicts", msg)
+        self._keep()
+
+    def _keep(self) -> None:
+        """What a restart takes back: the scores and each key's record of sides."""
         save_scores(self.dir / SCORES_FILE, self.scores)
         save_sides(self.dir / SIDES_FILE, self.checker.sides)
 
@@ -706,5 +710,4 @@ class Validator:
         """The newest version saved (saves are spaced while running)."""
         self.host.close()
         self.receipts.close()
-        save_scores(self.dir / SCORES_FILE, self.scores)
-        save_sides(self.dir / SIDES_FILE, self.checker.sides)
+        self._keep()
