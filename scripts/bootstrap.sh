@@ -172,7 +172,8 @@ case "$cmd" in
       exec python -m pytest -q -p no:cacheprovider -m "not slow and not docker and not testbed" "$@"
     fi
     docker_engine
-    exec python -m pytest -q -p no:cacheprovider "$@" ;;
+    # the slowest tests listed at the end: what to look at when the run nears CI's time
+    exec python -m pytest -q -p no:cacheprovider --durations=25 "$@" ;;
   shell) exec "${SHELL:-bash}" ;;
   gpu-check) exec bash scripts/gpu-check.sh "$@" ;;  # the GPU check (docs/VOLUNTEER.md), in this environment
   *) echo "usage: $0 demo|test [--fast]|shell [ARGS]" >&2; exit 2 ;;
