@@ -122,34 +122,3 @@ def test_a_logit_one_bf16_step_apart_is_within_the_rounding_allowance() -> None:
     assert diff <= allow[0] == pytest.approx(0.125)
     assert allow[0] < 3 * 0.0625  # three steps off exceeds it
     assert rounding_allowance(z.float(), targets, 0.5)[0] == pytest.approx(0.25)  # over the temperature
-
-
-def test_where_a_token_is_not_the_models_pick_its_pick_is_reported(world: World) -> None:
-    """``samp_pick``: at each position whose uniform lies outside the token's interval, the token this
-    model picks from that uniform (the other side of the miner's choice, ``proof.sides``); -1 elsewhere."""
-    from proofkit import MINER, PARAMS
-
-    from p2prl.proof import forward_flat
-    from p2prl.rl.sampling import pick_tokens, sample_key, uniforms
-
-    p = world.mine(indices=(70,))
-    g = p.batch.groups[0]
-    jobs = []
-    for ri, r in enumerate(g.rollouts):
-        u = uniforms(sample_key(MH, MINER, g.index, ri), PARAMS.max_new_tokens)[: len(r.completion_ids)]
-        jobs.append(Job(g.prompt_ids, r.completion_ids, r.logprobs, r.sketches, np.arange(1), 1.0 - u))
-    stats = list(iter_rollout_stats(world.model, jobs, MH, SKETCH_DIM, PARAMS.temperature, PARAMS.top_p, forward_tokens=4096))
-    _, logits = forward_flat(world.model, [(j.prompt_ids, j.completion_ids) for j in jobs])  # the same one forward
-    off, start = 0, 0
-    for job, st in zip(jobs, stats, strict=True):
-        d, pick = st["samp_dist"], st["samp_pick"]
-        rows, start = logits[start : start + len(d)], start + len(d)
-        assert pick.shape == d.shape and np.all((pick >= 0) == (d > 0))
-        if not np.any(d > 0):
-            continue
-        at = np.flatnonzero(d > 0)
-        want = pick_tokens(rows[at.tolist()], job.uniforms[at], PARAMS.temperature, PARAMS.top_p).numpy()
-        assert np.array_equal(pick[at], want)
-        assert not np.any(pick[at] == job.completion_ids[at])
-        off += len(at)
-    assert off > 0  # the mirrored uniforms put most tokens outside their intervals
