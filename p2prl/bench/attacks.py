@@ -98,8 +98,7 @@ class Outcome:
 
 def side_extra(verdict: BatchVerdict) -> dict[str, float]:
     """What the validator's sides check (``proof.sides``) saw of one batch, for an outcome's extra."""
-    keys = ("side_positions", "side_swings", "side_judged", "side_won", "side_lost")
-    return {k: float(getattr(verdict.stats, k)) for k in keys}
+    return {k: float(getattr(verdict.stats, k)) for k in ("side_positions", "side_judged", "side_won", "side_lost")}
 
 
 def _outcome(verdict: BatchVerdict, prepared: PreparedBatch, **kw: Any) -> Outcome:

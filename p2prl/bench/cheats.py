@@ -85,10 +85,8 @@ CASES = (
 # node: calibrated on the validator's own engine (its miners on the same engine); vllm: calibrated on
 # reference batches vLLM mines, honest batches mined by vLLM (a vLLM network: `--reference-engine
 # vllm`; where vLLM runs the model); cross: the uncalibrated cross-engine defaults (a validator on
-# another device than its miners); dense: node's with every batch's positions off counted dense
-# (side_dense 0), as where honest drift is dense (vLLM's miners): only the misses and the sides that
-# swing the reward by themselves are judged
-COLUMNS = ("node", "vllm", "pinned", "cross", "dense")
+# another device than its miners)
+COLUMNS = ("node", "vllm", "pinned", "cross")
 ATTACKER = bytes(range(96, 128))  # copy front-running's second key
 
 
@@ -206,7 +204,7 @@ def run(
     calibrated, drift = calibrate(model, setup.tokenizer, setup.task, params, mh, base)
     calibrate_s = time.perf_counter() - t0
     log(f"calibrated in {calibrate_s:.1f} s: {drift}")
-    configs = {"node": calibrated, "cross": base, "dense": dataclasses.replace(calibrated, side_dense=0.0)}
+    configs = {"node": calibrated, "cross": base}
     drifts: dict[str, dict[str, float]] = {"node": drift}
     skipped: dict[str, str] = {}
     with contextlib.ExitStack() as engines:  # the columns' own miners close when the run ends
@@ -391,10 +389,6 @@ class _Run:
         if extra.get("honest_reward"):  # what the attack earned in accepted groups, over the honest draw
             row["earned_gain"] = extra["earned_reward"] / extra["honest_reward"]
         more = "".join(f" {k}={row[k]:.3g}" for k in ("gain", "earned_gain", "trained") if k in row)
-        if "side_positions" in extra:  # what the sides check saw: positions off, swinging, judged, won, lost
-            more += " sides " + "/".join(
-                str(int(extra.get(k, 0))) for k in ("side_positions", "side_swings", "side_judged", "side_won", "side_lost")
-            )
         log(f"  {case:20s} {row['accepted']:4d}/{row['n']:<4d} hard {row['hard']}/{row['batches']}{more} {row['reasons']}")
         return row
 

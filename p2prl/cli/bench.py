@@ -190,8 +190,7 @@ def bench_cheats(
         "--columns",
         help="Validator settings: node (calibrated on its own engine), vllm (calibrated on vLLM's reference "
         "batches, vLLM miners; where vLLM runs the model), pinned (a genesis's --pin-tolerances hf,hf-avx2; "
-        "an AVX2 CPU's miners), cross (the uncalibrated cross-engine defaults), dense (node's, every batch's "
-        "positions off counted dense, as where honest drift is: only misses and sides that swing the reward judged).",
+        "an AVX2 CPU's miners), cross (the uncalibrated cross-engine defaults).",
     ),
     cases: str = typer.Option("", "--cases", help="Comma list of cases (default: all)."),
     model: str = typer.Option(
