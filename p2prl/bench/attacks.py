@@ -8,9 +8,6 @@ what an attacker announces, has it judged as a network judges it, and says what 
   sampling check allows a batch (an attacker who knows its rates).
 - ``steer_by_misses``: the budgeted attacker who also spends the misses the sampling check allows a
   batch (uniforms beyond the margin) on the likeliest tokens that pay, wherever they are.
-- ``steer_indirect``: the budgeted attacker who steers only where the side pays through the
-  continuation alone, never where writing the validator's pick in would swing the reward by itself
-  (what the validator's sieve judges however dense the drift, ``proof.sides.swings``).
 - ``payload_unrecomputed``: one rollout per batch replaced by a fabricated rewarded completion (the
   problem's answer), proved by the right model. Caught when the validator rejects it or the
   trainer's token check (``rl.verify``) leaves it out; ``trained`` counts its tokens a step trained on.
@@ -218,13 +215,10 @@ def rung_budgets(cfg: ValidatorConfig, n: int) -> list[int]:
     return [failing_count(n, rate, alpha) - 1 for rate in cfg.sampling_rung_rates]
 
 
-def steer_in_margin(ctx: Ctx, budgeted: bool = False, misses: bool = False, indirect: bool = False) -> Outcome:
+def steer_in_margin(ctx: Ctx, budgeted: bool = False, misses: bool = False) -> Outcome:
     """Steer every choice the margin leaves toward reward, or (``budgeted``) only as many as each
     rung of the sampling check allows a batch of this size, the largest gains first come first;
-    ``misses``: budgeted, and also the misses the check allows, each on one of the likeliest tokens;
-    ``indirect``: budgeted, and only where the validator's sieve would not see the side swing the
-    reward by itself (``proof.sides.swings``: it pays through the continuation alone)."""
-    from p2prl.proof.sides import swings
+    ``misses``: budgeted, and also the misses the check allows, each on one of the likeliest tokens."""
     from p2prl.rl.sampling import pick_tokens, sample_key, uniforms
     from p2prl.rl.tasks import derive_seed
 
@@ -238,7 +232,7 @@ def steer_in_margin(ctx: Ctx, budgeted: bool = False, misses: bool = False, indi
         us = [uniforms(sample_key(ctx.mh, ctx.miner, i, j), params.max_new_tokens) for j in range(ctx.group_size)]
         rows.append((i, problem, prompt, us, [_complete(ctx, prompt, [], u) for u in us]))
     n_tokens = sum(len(c) for *_, honest in rows for c in honest)
-    budget = rung_budgets(cfg, n_tokens) if budgeted or misses or indirect else None
+    budget = rung_budgets(cfg, n_tokens) if budgeted or misses else None
     if budget is not None and misses:  # the misses a batch of n_tokens may hold, the last entry
         from p2prl.proof import failing_count
 
@@ -265,8 +259,6 @@ def steer_in_margin(ctx: Ctx, budgeted: bool = False, misses: bool = False, indi
                     # every candidate's honest continuation in one batched lookahead
                     for c, ids in zip(tried, _complete_many(ctx, prompt, out, tried, u), strict=True):
                         r = task.reward(problem, tok.decode(ids))
-                        if indirect and c != honest_tok and swings(task, tok, problem, ids, t, honest_tok, r):
-                            continue  # the sieve would judge this side
                         if best_r is None or r > best_r:
                             best, best_r = c, r
                 if best != honest_tok:

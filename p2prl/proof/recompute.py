@@ -271,7 +271,6 @@ def _chunk_stats(
     dist = fisher_log_pvalues(tail_sum, n)
     seq_lp = np.bincount(seg, lp, minlength=len(jobs))
     samp = _sampling_distances(jobs, logits, targets, starts, n, temperature, top_p, top_p_slack)
-    picks = _picks_off(jobs, logits, starts, samp, temperature, top_p)
     return [
         {
             "fp_sq": float(fp_sq[i]),
@@ -286,36 +285,9 @@ def _chunk_stats(
             "seq_logprob": float(seq_lp[i]),
             "fp_pos": pos_splits[i],
             "samp_dist": samp[i],
-            "samp_pick": picks[i],
         }
         for i in range(len(jobs))
     ]
-
-
-def _picks_off(
-    jobs: Sequence[Job],
-    logits: Any,
-    starts: np.ndarray,
-    samp: list[np.ndarray | None],
-    temperature: float,
-    top_p: float,
-) -> list[np.ndarray | None]:
-    """Per job with uniforms, this model's own pick at each position whose token is not it (``samp_dist``
-    > 0), -1 elsewhere: the other side of each choice the miner took (``proof.sides``)."""
-    from p2prl.rl import pick_tokens
-
-    out: list[np.ndarray | None] = [None] * len(jobs)
-    for i, (j, d) in enumerate(zip(jobs, samp, strict=True)):
-        if d is None:
-            continue
-        picks = np.full(len(d), -1, dtype=np.int64)
-        at = np.flatnonzero(d > 0)
-        if len(at):
-            rows = logits[int(starts[i]) : int(starts[i]) + len(d)][at.tolist()]
-            u = np.asarray(j.uniforms, dtype=np.float64)[at]
-            picks[at] = pick_tokens(rows, u, temperature, top_p).cpu().numpy()
-        out[i] = picks
-    return out
 
 
 def _sampling_distances(

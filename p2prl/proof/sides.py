@@ -9,9 +9,7 @@ continues the rollout from that position with its own model and the same uniform
 rewards: the miner's side *won* where its rollout earns more, *lost* where less (most positions tie).
 Honest rounding wins as often as it loses; a key's record over its recent batches is tested as a
 one-sided sign test (``SideRecord``), so steering that stays inside every per-batch count shows as a
-run of wins, and its net gain is bounded by the square root of the decided positions. Where the
-positions off are many (an engine of other numerics), those whose side alone swings the reward
-(``swings``) are the ones worth a continuation: they are judged first, however dense the rest.
+run of wins, and its net gain is bounded by the square root of the decided positions.
 """
 
 from __future__ import annotations
@@ -19,23 +17,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from p2prl.lru import LRU
 from p2prl.protocol import is_hex
 from p2prl.rl import binom_log_sf
-
-
-class Off(NamedTuple):
-    """A recomputed position whose token is not the validator's pick."""
-
-    group: int
-    rollout: int
-    position: int
-    miss: bool  # beyond the sampling margin
-    pick: int = -1  # the validator's pick there
 
 
 @dataclass(frozen=True)
@@ -53,17 +41,6 @@ def off_positions(d: np.ndarray) -> np.ndarray:
     """Positions whose uniform lies outside the chosen token's interval (``d`` > 0): where the miner's
     token is not the validator's pick."""
     return np.flatnonzero(np.asarray(d) > 0)
-
-
-def swings(task: Any, tokenizer: Any, problem: Any, ids: Sequence[int], t: int, pick: int, reward: float) -> bool:
-    """Whether the rollout ``ids`` with its token at ``t`` replaced by the validator's ``pick`` (the
-    rest kept; cut there if ``pick`` stops it) earns another reward than ``reward``: a position where
-    the side taken decides the reward by itself (a short answer's digit). A cheap sieve before the
-    continuation: honest drift is mostly elsewhere (wording), and a steering miner's sides are here
-    wherever its steering pays at once, so these are judged however dense the drift."""
-    stop = set(getattr(tokenizer, "stop_ids", ()))
-    other = [*ids[:t], int(pick)] + ([] if int(pick) in stop else list(ids[t + 1 :]))
-    return task.reward(problem, tokenizer.decode(other)) != reward
 
 
 def judge_sides(

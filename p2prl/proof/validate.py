@@ -16,7 +16,7 @@ import dataclasses
 import hashlib
 import math
 import os
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -33,7 +33,7 @@ from p2prl.proof.batch import (
 )
 from p2prl.proof.fingerprint import SKETCH_DIM
 from p2prl.proof.recompute import Job, fisher_log_pvalues, iter_rollout_stats
-from p2prl.proof.sides import Off, Side, SideRecord, judge_sides, off_positions, swings
+from p2prl.proof.sides import Side, SideRecord, judge_sides, off_positions
 from p2prl.protocol import (
     DEFAULT_MAX_STALENESS,
     PPM,
@@ -124,15 +124,12 @@ class ValidatorConfig:
     # continued with this validator's model and the same uniforms and the rewards compared; a key
     # whose record of sides won and lost over about its last side_window decided positions is beyond
     # even odds at sampling_alpha fails hard as sampling (steering toward reward). 0 turns it off.
-    # The misses first, then the positions whose side alone swings the reward (``sides.swings``: the
-    # validator's pick written in, the rest kept), however dense the drift; the rest only while at
-    # most side_dense of the batch's checked tokens are off this validator's picks: where honest
-    # drift is denser (vLLM against transformers on the 24M configuration, 14%) a random few are lost
-    # among it and each costs a generation (there it tripled the verification time for no power).
-    # side_scan bounds the positions a batch's sieve rewards (a decode and a reward each)
+    # Judged only while at most side_dense of the batch's checked tokens are off this validator's
+    # picks: where honest drift is denser (vLLM against transformers on the 24M configuration, 14%)
+    # the few positions judged are lost among it and each costs a generation (there it tripled the
+    # verification time for no power), so the check is left to where rounding is near exact
     side_checks: int = 8
     side_dense: float = 0.05
-    side_scan: int = 4096
     side_window: int = 256
     side_keys: int = 1 << 16
     # a repeated (prompt, completion) is a copy when its probability under the model is below this
@@ -232,7 +229,6 @@ class CheckStats:
     # sides (proof.sides): of the positions judged, where the miner's rollout earned more / less than the
     # validator's continuation, and the key's record's log p-value after this batch (0: nothing decided)
     side_positions: int = 0  # recomputed positions whose token is not this validator's pick
-    side_swings: int = 0  # of them, where the side alone swings the reward (``sides.swings``)
     side_judged: int = 0  # of them, judged
     side_won: int = 0
     side_lost: int = 0
@@ -637,7 +633,7 @@ class RolloutValidator:
         tuple[float, int],
         list[np.ndarray],
         list[np.ndarray],
-        list[Off],
+        list[tuple[int, int, int, bool]],
     ]:
         """Recompute the picked rollouts with the model and check each: fingerprint, behaviour
         logprobs, the likelihood of its tokens, and (for a repeat) whether it is a copy. Stops at the
@@ -646,7 +642,7 @@ class RolloutValidator:
         sampling distances over what was recomputed and its (group, rollout, position, miss)s whose
         token is not this validator's pick (``miss``: beyond the sampling margin)."""
         fp: dict[int, tuple[float, float]] = {}
-        off: list[Off] = []
+        off: list[tuple[int, int, int, bool]] = []
         log_tails, n_tails = 0.0, 0
         pos_errs: list[np.ndarray] = []
         dists: list[np.ndarray] = []
@@ -660,8 +656,8 @@ class RolloutValidator:
             pos_errs.append(res["fp_pos"])
             if res["samp_dist"] is not None:
                 dists.append(res["samp_dist"])
-                d, pick = res["samp_dist"], res["samp_pick"]
-                off += [Off(gi, ri, int(t), bool(d[t] > self.config.sampling_margin), int(pick[t])) for t in off_positions(d)]
+                d = res["samp_dist"]
+                off += [(gi, ri, int(t), bool(d[t] > self.config.sampling_margin)) for t in off_positions(d)]
             if reasons[gi] in HARD_FAILURES:
                 continue
             # a group dropped softly is still judged for proof: a soft reason must not cover a hard one
@@ -773,7 +769,7 @@ class RolloutValidator:
         batch: RolloutBatch,
         model: Any,
         blob_id: str,
-        off: list[Off],
+        off: list[tuple[int, int, int, bool]],
         problems: list[Any],
         reasons: list[str],
         stats: CheckStats,
@@ -782,44 +778,24 @@ class RolloutValidator:
         often than even odds allow (``proof.sides``): up to ``side_checks`` such positions of groups
         still ok are judged and folded into the key's record — the misses first (beyond the margin:
         honest rounding makes one seldom, so judging them costs an honest batch nothing however dense
-        its drift), then those whose side alone swings the reward (``swings``; however dense), then,
-        while the positions off are not dense, the rest, each part picked from this validator's
-        secret. A record past ``sampling_alpha`` fails every group still ok as ``sampling``."""
+        its drift), then, while the positions off are not dense, the rest, picked from this
+        validator's secret. A record past ``sampling_alpha`` fails every group still ok as
+        ``sampling``."""
         cfg = self.config
         if cfg.side_checks <= 0 or cfg.sampling_alpha <= 0 or _failed_hard(reasons):
             return
-        off = [o for o in off if reasons[o.group] == R.OK]
+        off = [o for o in off if reasons[o[0]] == R.OK]
         stats.side_positions = len(off)
-
-        def completion(o: Off) -> list[int]:
-            return batch.groups[o.group].rollouts[o.rollout].completion_ids.tolist()
-
-        near = [o for o in off if not o.miss and o.pick >= 0]
-        scan = [near[int(i)] for i in self._secret_pick(b"scan", blob_id, (), len(near), cfg.side_scan)]
-        swinging = {
-            o
-            for o in scan
-            if swings(
-                self.task,
-                self.tokenizer,
-                problems[o.group],
-                completion(o),
-                o.position,
-                o.pick,
-                float(batch.groups[o.group].rollouts[o.rollout].reward),
-            )
-        }
-        stats.side_swings = len(swinging)
-        picked = self.pick_sides(blob_id, off, stats.sampling_tokens, swinging)
+        picked = self.pick_sides(blob_id, off, stats.sampling_tokens)
         if not picked:
             return
         gen = cfg.generation
         sides = []
-        for o in sorted(picked):
-            g, r = batch.groups[o.group], batch.groups[o.group].rollouts[o.rollout]
-            u = uniforms(sample_key(batch.prompt_seed, batch.miner, g.index, o.rollout), gen.max_new_tokens)
-            ids = completion(o)
-            sides.append(Side(g.prompt_ids.tolist(), ids[: o.position], u[o.position :], problems[o.group], float(r.reward)))
+        for gi, ri, t, _ in sorted(picked):
+            g, r = batch.groups[gi], batch.groups[gi].rollouts[ri]
+            u = uniforms(sample_key(batch.prompt_seed, batch.miner, g.index, ri), gen.max_new_tokens)
+            ids = r.completion_ids.tolist()
+            sides.append(Side(g.prompt_ids.tolist(), ids[:t], u[t:], problems[gi], float(r.reward)))
         signs = judge_sides(model, self.tokenizer, self.task, sides, gen.max_new_tokens, gen.temperature, gen.top_p)
         stats.side_judged = len(signs)
         stats.side_won, stats.side_lost = signs.count(1), signs.count(-1)
@@ -833,22 +809,18 @@ class RolloutValidator:
                     reasons[gi] = R.SAMPLING
 
     def pick_sides(
-        self, blob_id: str, off: list[Off], tokens: int, swinging: Collection[Off] = ()
-    ) -> list[Off]:
-        """Which of the positions ``off`` (of ``tokens`` checked) to judge, up to ``side_checks``: the
-        misses first, then those in ``swinging`` (where the side alone swings the reward), then, while
-        all of ``off`` are at most ``side_dense`` of the tokens (or ``side_checks``), the rest; each
-        part picked from the secret."""
+        self, blob_id: str, off: list[tuple[int, int, int, bool]], tokens: int
+    ) -> list[tuple[int, int, int, bool]]:
+        """Which of the positions ``off`` (of ``tokens`` checked) to judge: the misses first, up to
+        ``side_checks``, then, while all of ``off`` are at most ``side_dense`` of the tokens (or
+        ``side_checks``), the rest up to ``side_checks`` in all; each part picked from the secret."""
         cfg = self.config
-        far = [o for o in off if o.miss]
-        swing = [o for o in off if not o.miss and o in swinging]
-        rest = [o for o in off if not o.miss and o not in swinging]
-        picked: list[Off] = []
-        dense = len(off) > max(cfg.side_checks, cfg.side_dense * tokens)
-        for salt, part in ((b"far", far), (b"swings", swing), (b"sides", [] if dense else rest)):
-            room = cfg.side_checks - len(picked)
-            if part and room > 0:  # (_secret_pick takes all for k = 0)
-                picked += [part[int(i)] for i in self._secret_pick(salt, blob_id, (), len(part), room)]
+        far = [o for o in off if o[3]]
+        near = [o for o in off if not o[3]]
+        picked = [far[int(i)] for i in self._secret_pick(b"far", blob_id, (), len(far), cfg.side_checks)]
+        room = cfg.side_checks - len(picked)
+        if near and room > 0 and len(off) <= max(cfg.side_checks, cfg.side_dense * tokens):
+            picked += [near[int(i)] for i in self._secret_pick(b"sides", blob_id, (), len(near), room)]
         return sorted(picked)
 
     def _remember(

@@ -9,12 +9,11 @@ import math
 from itertools import count
 
 import numpy as np
-import pytest
 from proofkit import GROUP, MH, MINER, PARAMS, POSITION_SECRET, VERSION, World
 
 from p2prl.bench.attacks import Ctx, steer_in_margin
 from p2prl.bench.proof import ModelSetup
-from p2prl.proof.sides import Off, SideRecord
+from p2prl.proof.sides import SideRecord
 from p2prl.reasons import VerdictReason as R
 from p2prl.rl.engine import HFEngine
 from p2prl.rl.sampling import sample_key, uniforms
@@ -85,7 +84,6 @@ def _steering_ctx(world: World, first: int) -> Ctx:
     return dataclasses.replace(ctx, judge=judge)
 
 
-@pytest.mark.slow  # a lookahead generation at every choice: minutes on AVX2's kernels
 def test_steering_toward_reward_inside_the_rungs_fails_hard_within_a_few_batches(world: World) -> None:
     """The budgeted steering attacker (only as many steered tokens per batch as each rung allows)
     passes the per-batch counts, but every side it took that decided a reward paid: its record
@@ -128,11 +126,10 @@ def test_an_honest_key_met_batch_after_batch_keeps_an_even_record(world: World) 
     assert ctx.judge.sides.log_sf(MINER) > math.log(1e-3)
 
 
-def test_where_honest_drift_is_dense_only_the_sides_that_swing_the_reward_are_judged(world: World) -> None:
+def test_where_honest_drift_is_dense_the_sides_are_not_judged(world: World) -> None:
     """More positions off the validator's picks than ``side_dense`` of the checked tokens (and than
-    ``side_checks``): a random few would be lost among honest drift, each at the cost of a generation,
-    so only those whose side alone swings the reward (``sides.swings``) are judged; an honest engine
-    of other rounding is accepted and keeps an even record."""
+    ``side_checks``): the few it could judge would be lost among honest drift, each at the cost of a
+    generation, so none is."""
     import copy
 
     from p2prl.proof.miner import mine_batch
@@ -145,57 +142,13 @@ def test_where_honest_drift_is_dense_only_the_sides_that_swing_the_reward_are_ju
     for _ in range(4):
         p = mine_batch(f32, ctx.setup.task, VERSION, MH, MINER, ctx.indices(), GROUP, PARAMS)
         v = ctx.judge.check(p.announcement, MINER, p.blob, VERSION)
-        assert not v.hard_failure and v.accepted_rollouts == p.batch.n_rollouts, v.reasons()
-        st = v.stats
-        assert st.side_swings <= st.side_positions
-        if st.side_positions > 1:
+        assert not v.hard_failure
+        if v.stats.side_positions > 1:
             dense += 1
-            assert st.side_judged == min(1, st.side_swings + st.sampling_misses)
+            assert v.stats.side_judged == 0
         else:
-            assert st.side_judged == st.side_positions
+            assert v.stats.side_judged == v.stats.side_positions
     assert dense > 0
-    assert ctx.judge.sides.log_sf(MINER) > math.log(1e-3)
-
-
-@pytest.mark.slow  # a lookahead generation at every choice: minutes on AVX2's kernels
-def test_steering_fails_hard_however_dense_the_honest_drift(world: World) -> None:
-    """The budgeted steering key where every batch counts as dense (``side_dense`` 0: a vLLM
-    network's drift): its sides swing the reward by themselves (``digit-start``: the first token
-    decides), so the sieve judges them and its record fails within a few batches. Before, nothing
-    was judged there and every batch was accepted."""
-    ctx = _steering_ctx(world, 1000)
-    assert ctx.judge is not None
-    ctx.judge.config = dataclasses.replace(ctx.judge.config, side_dense=0.0)
-    outcomes = []
-    for _ in range(24):
-        outcomes.append(steer_in_margin(ctx, budgeted=True))
-        if outcomes[-1].hard:
-            break
-    assert outcomes[-1].hard and set(outcomes[-1].reasons) == {R.SAMPLING}, outcomes[-1].reasons
-    assert all(o.accepted == o.n for o in outcomes[:-1])
-    assert sum(o.extra["side_won"] for o in outcomes) >= 30
-
-
-def test_the_sieve_sees_a_side_that_swings_the_reward_by_itself() -> None:
-    """``swings``: the validator's pick written in, the rest kept (cut where the pick stops)."""
-    from p2prl.proof.sides import swings
-
-    class Tok:
-        stop_ids = (0,)
-
-        def decode(self, ids: list[int]) -> str:
-            return "".join(str(i) if i else "" for i in ids)
-
-    task = get_task("digit-start", digits=1)
-    problem = task.problem(1)
-    tok = Tok()
-
-    def reward(ids: list[int]) -> float:
-        return task.reward(problem, tok.decode(ids))
-
-    ids = [3, 4, 0]  # "34"
-    assert not swings(task, tok, problem, ids, 1, 5, reward(ids))  # "35": still starts with a digit
-    assert swings(task, tok, problem, ids, 0, 0, reward(ids))  # cut to "": no digit
 
 
 def test_misses_are_judged_first_and_however_dense_the_drift(world: World) -> None:
@@ -204,25 +157,18 @@ def test_misses_are_judged_first_and_however_dense_the_drift(world: World) -> No
     steering key cannot hide its misses among honest drift)."""
     v = world.validator(config=dataclasses.replace(world.config, side_checks=8, side_dense=0.05))
     blob = "ab" * 32
-    far = [Off(0, 0, t, True) for t in range(3)]
-    near = [Off(1, r, t, False) for r in range(4) for t in range(25)]  # 100 off of 1,000 checked: dense
+    far = [(0, 0, t, True) for t in range(3)]
+    near = [(1, r, t, False) for r in range(4) for t in range(25)]  # 100 off of 1,000 checked: dense
     assert v.pick_sides(blob, far + near, 1000) == far
     few = near[:20]  # 23 off of 1,000: not dense; the misses, then 5 of the rest
     got = v.pick_sides(blob, far + few, 1000)
     assert len(got) == 8 and set(far) <= set(got) and set(got) - set(far) <= set(few)
-    many = [Off(2, 0, t, True) for t in range(12)]  # more misses than side_checks: 8 of them
+    many = [(2, 0, t, True) for t in range(12)]  # more misses than side_checks: 8 of them
     got = v.pick_sides(blob, many + near, 1000)
     assert len(got) == 8 and set(got) <= set(many)
     assert v.pick_sides(blob, many + near, 1000) == got  # the secret fixes the pick
-    # the sides that swing the reward come after the misses, however dense the rest
-    swing = near[10:20]
-    got = v.pick_sides(blob, far + near, 1000, set(swing))
-    assert len(got) == 8 and set(far) <= set(got) and set(got) - set(far) <= set(swing)
-    got = v.pick_sides(blob, far + near[:12], 1000, set(near[:2]))  # not dense: then the rest
-    assert len(got) == 8 and set(far) | set(near[:2]) <= set(got) and set(got) <= set(far + near[:12])
 
 
-@pytest.mark.slow  # a lookahead generation at every choice: minutes on AVX2's kernels
 def test_steering_with_the_misses_a_batch_may_hold_fails_hard_too(world: World) -> None:
     """The misses the sampling check allows a batch (5 of ~500 tokens at rate 1e-4), each spent on a
     likely token that pays wherever its interval lies, were accepted in every batch (×1.19 at node

@@ -454,7 +454,6 @@ def test_check_stats_keep_the_keys_calibration_and_the_benchmark_read() -> None:
         "sampling_dist_max": 0.0,
         "sampling_rung_logp": 0.0,
         "side_positions": 0.0,
-        "side_swings": 0.0,
         "side_judged": 0.0,
         "side_won": 0.0,
         "side_lost": 0.0,

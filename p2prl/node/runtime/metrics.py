@@ -54,7 +54,6 @@ _DECLARED: list[Metric] = [
     Metric("batches_checked", C, "Rollout batches the validator judged."),
     Metric("rollouts_float32", C, "Recomputed rollouts that looked off in bf16, judged again in float32."),
     Metric("side_positions", C, "Recomputed positions whose token was not the validator's pick."),
-    Metric("side_swings", C, "Of them, where the side alone swings the reward (judged however dense)."),
     Metric("sides_judged", C, "Of them, judged by a continuation from the position (proof.sides)."),
     Metric("sides_won", C, "Judged positions where the miner's rollout earned more than the continuation."),
     Metric("sides_lost", C, "Judged positions where it earned less."),

@@ -615,7 +615,6 @@ class Validator:
         st.incr("rollouts_rejected", (len(bv.groups) - acc) * self.env.g.generation.group_size)
         st.incr("rollouts_float32", bv.stats.rollouts_float32)  # judged again on the float32 reference
         st.incr("side_positions", bv.stats.side_positions)  # which side paid (proof.sides)
-        st.incr("side_swings", bv.stats.side_swings)
         st.incr("sides_judged", bv.stats.side_judged)
         st.incr("sides_won", bv.stats.side_won)
         st.incr("sides_lost", bv.stats.side_lost)
