@@ -9,6 +9,7 @@ import math
 from itertools import count
 
 import numpy as np
+import pytest
 from proofkit import GROUP, MH, MINER, PARAMS, POSITION_SECRET, VERSION, World
 
 from p2prl.bench.attacks import Ctx, steer_in_margin
@@ -84,6 +85,8 @@ def _steering_ctx(world: World, first: int) -> Ctx:
     return dataclasses.replace(ctx, judge=judge)
 
 
+@pytest.mark.slow  # a lookahead generation at every choice: minutes with AVX2's kernels, where the
+@pytest.mark.timeout(1800)  # default model is not exact and honest off positions dilute the sides judged
 def test_steering_toward_reward_inside_the_rungs_fails_hard_within_a_few_batches(world: World) -> None:
     """The budgeted steering attacker (only as many steered tokens per batch as each rung allows)
     passes the per-batch counts, but every side it took that decided a reward paid: its record
@@ -169,6 +172,8 @@ def test_misses_are_judged_first_and_however_dense_the_drift(world: World) -> No
     assert v.pick_sides(blob, many + near, 1000) == got  # the secret fixes the pick
 
 
+@pytest.mark.slow  # a lookahead generation at every choice: minutes with AVX2's kernels, where the
+@pytest.mark.timeout(1800)  # default model is not exact and honest off positions dilute the sides judged
 def test_steering_with_the_misses_a_batch_may_hold_fails_hard_too(world: World) -> None:
     """The misses the sampling check allows a batch (5 of ~500 tokens at rate 1e-4), each spent on a
     likely token that pays wherever its interval lies, were accepted in every batch (×1.19 at node
