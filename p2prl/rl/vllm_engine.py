@@ -116,6 +116,20 @@ def _start(llm: Any, **kw: Any) -> Any:
         return llm(**kw)
 
 
+def _allow_amx() -> None:
+    """Ask Linux for this process's AMX tile state before vLLM's CPU kernels run.
+
+    On an AMX CPU vLLM's attention (its ``amx`` kernels, chosen for bf16) and its small-weight linear
+    kernel execute AMX instructions, which Linux faults (SIGILL) in a process that has not requested
+    the tile state (``arch_prctl(ARCH_REQ_XCOMP_PERM)``); oneDNN requests it for itself, so the
+    engine ran only where a transformers bf16 product had come first. torch's request is a no-op
+    where the CPU has no AMX.
+    """
+    init, has = getattr(torch.cpu, "_init_amx", None), getattr(torch.cpu, "_is_amx_tile_supported", None)
+    if init is not None and has is not None and has() and not init():
+        raise RuntimeError("this CPU has AMX but Linux refused its tile state (arch_prctl ARCH_REQ_XCOMP_PERM)")
+
+
 class VLLMEngine:
     """``RolloutEngine`` on vLLM. ``model_dir`` is a local HF directory (no downloads); prompts are
     token ids, so vLLM needs no tokenizer of its own."""
@@ -139,6 +153,7 @@ class VLLMEngine:
         cpu = not str(device).startswith("cuda")
         if cpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default takes far more
+            _allow_amx()
         try:
             from vllm import LLM
         except ImportError as e:  # pragma: no cover - depends on the optional extra

@@ -294,3 +294,34 @@ def test_tolerances_calibrated_on_vllms_reference_batches_accept_its_honest_mine
         # (AVX-512's kernels: transformers is exact with itself; AVX2's are not, and their own margin
         # of 0.0097 already holds vLLM's 0.004)
         assert any(v.hard_failure and R.SAMPLING in v.reasons() for v in verdicts["own"])
+
+
+_FIRST_THING = """
+import sys
+from pathlib import Path
+from p2prl.rl import GenerationParams, load_tokenizer, open_vllm
+d = Path(sys.argv[1])
+tok = load_tokenizer(d)
+e = open_vllm(d, tok, "cpu", enforce_eager=True)
+out = e.generate([tok.encode_prompt("1+2=")], 1, GenerationParams(max_new_tokens=1))
+print("generated", len(out[0][0].completion_ids))
+"""
+
+
+def test_the_engine_generates_as_the_first_compute_of_a_process(vdir: Path) -> None:
+    """A process whose first computation is vLLM's, on a short prompt: on an AMX CPU vLLM's bf16
+    attention kernel uses AMX tiles, which Linux faults (SIGILL) in a process that never asked for
+    them; oneDNN asks for itself, so the engine ran only where a oneDNN bf16 product came first (a
+    longer prompt's). The engine asks at start."""
+    import subprocess
+    import sys
+
+    if _vllm_missing():
+        pytest.skip(NOT_INSTALLED)
+    import p2prl
+
+    root = Path(p2prl.__file__).parents[1]  # the child imports the p2prl under test
+    r = subprocess.run(
+        [sys.executable, "-c", _FIRST_THING, str(vdir)], capture_output=True, text=True, timeout=600, cwd=root
+    )
+    assert r.returncode == 0 and "generated" in r.stdout, (r.returncode, r.stderr[-2000:])
