@@ -128,8 +128,14 @@ class ValidatorConfig:
     # picks: where honest drift is denser (vLLM against transformers on the 24M configuration, 14%)
     # the few positions judged are lost among it and each costs a generation (there it tripled the
     # verification time for no power), so the check is left to where rounding is near exact
+    # A position whose uniform lies more than side_reach * sampling_margin outside the chosen token's
+    # interval (and within the margin) is beyond what honest rounding reached in calibration, which
+    # sets the margin at four times the farthest honest distance it saw: such positions are judged
+    # after the misses and before the rest, the farthest first, however dense the drift (the choice
+    # left a steering key where drift is dense is then what honest rounding produces there)
     side_checks: int = 8
     side_dense: float = 0.05
+    side_reach: float = 0.25
     side_window: int = 256
     side_keys: int = 1 << 16
     # a repeated (prompt, completion) is a copy when its probability under the model is below this
@@ -633,16 +639,16 @@ class RolloutValidator:
         tuple[float, int],
         list[np.ndarray],
         list[np.ndarray],
-        list[tuple[int, int, int, bool]],
+        list[tuple[int, int, int, float]],
     ]:
         """Recompute the picked rollouts with the model and check each: fingerprint, behaviour
         logprobs, the likelihood of its tokens, and (for a repeat) whether it is a copy. Stops at the
         first hard failure (proof enough). Returns per group the fingerprint's (squared error, count),
         the batch's (sum of log tail probabilities, count), the per-position fingerprint errors, the
-        sampling distances over what was recomputed and its (group, rollout, position, miss)s whose
-        token is not this validator's pick (``miss``: beyond the sampling margin)."""
+        sampling distances over what was recomputed and its (group, rollout, position, distance)s
+        whose token is not this validator's pick (distance > 0: the uniform's outside the interval)."""
         fp: dict[int, tuple[float, float]] = {}
-        off: list[tuple[int, int, int, bool]] = []
+        off: list[tuple[int, int, int, float]] = []
         log_tails, n_tails = 0.0, 0
         pos_errs: list[np.ndarray] = []
         dists: list[np.ndarray] = []
@@ -657,7 +663,7 @@ class RolloutValidator:
             if res["samp_dist"] is not None:
                 dists.append(res["samp_dist"])
                 d = res["samp_dist"]
-                off += [(gi, ri, int(t), bool(d[t] > self.config.sampling_margin)) for t in off_positions(d)]
+                off += [(gi, ri, int(t), float(d[t])) for t in off_positions(d)]
             if reasons[gi] in HARD_FAILURES:
                 continue
             # a group dropped softly is still judged for proof: a soft reason must not cover a hard one
@@ -769,7 +775,7 @@ class RolloutValidator:
         batch: RolloutBatch,
         model: Any,
         blob_id: str,
-        off: list[tuple[int, int, int, bool]],
+        off: list[tuple[int, int, int, float]],
         problems: list[Any],
         reasons: list[str],
         stats: CheckStats,
@@ -778,8 +784,8 @@ class RolloutValidator:
         often than even odds allow (``proof.sides``): up to ``side_checks`` such positions of groups
         still ok are judged and folded into the key's record — the misses first (beyond the margin:
         honest rounding makes one seldom, so judging them costs an honest batch nothing however dense
-        its drift), then, while the positions off are not dense, the rest, picked from this
-        validator's secret. A record past ``sampling_alpha`` fails every group still ok as
+        its drift), then those beyond honest reach, then, while the positions off are not dense, the
+        rest (``pick_sides``). A record past ``sampling_alpha`` fails every group still ok as
         ``sampling``."""
         cfg = self.config
         if cfg.side_checks <= 0 or cfg.sampling_alpha <= 0 or _failed_hard(reasons):
@@ -809,16 +815,26 @@ class RolloutValidator:
                     reasons[gi] = R.SAMPLING
 
     def pick_sides(
-        self, blob_id: str, off: list[tuple[int, int, int, bool]], tokens: int
-    ) -> list[tuple[int, int, int, bool]]:
-        """Which of the positions ``off`` (of ``tokens`` checked) to judge: the misses first, up to
-        ``side_checks``, then, while all of ``off`` are at most ``side_dense`` of the tokens (or
-        ``side_checks``), the rest up to ``side_checks`` in all; each part picked from the secret."""
+        self, blob_id: str, off: list[tuple[int, int, int, float]], tokens: int
+    ) -> list[tuple[int, int, int, float]]:
+        """Which of the positions ``off`` (group, rollout, position, distance; of ``tokens`` checked)
+        to judge, up to ``side_checks`` in all: the misses (beyond the margin) first, picked from the
+        secret; then those beyond honest reach (past ``side_reach`` of the margin), the farthest first;
+        then, while all of ``off`` are at most ``side_dense`` of the tokens (or ``side_checks``), the
+        rest, picked from the secret. Each tier depends on the distances alone, never on what a side
+        earns, so an honest key's decided sides stay at even odds whichever are judged."""
         cfg = self.config
-        far = [o for o in off if o[3]]
-        near = [o for o in off if not o[3]]
+        reach = cfg.sampling_margin * cfg.side_reach
+        far = [o for o in off if o[3] > cfg.sampling_margin]
+        wide = [o for o in off if reach < o[3] <= cfg.sampling_margin]
+        near = [o for o in off if o[3] <= reach]
         picked = [far[int(i)] for i in self._secret_pick(b"far", blob_id, (), len(far), cfg.side_checks)]
         room = cfg.side_checks - len(picked)
+        if wide and room > 0:
+            rank = self._secret_rng(b"wide", blob_id, ()).permutation(len(wide))
+            order = sorted(range(len(wide)), key=lambda i: (-wide[i][3], rank[i]))
+            picked += [wide[i] for i in order[:room]]
+            room = cfg.side_checks - len(picked)
         if near and room > 0 and len(off) <= max(cfg.side_checks, cfg.side_dense * tokens):
             picked += [near[int(i)] for i in self._secret_pick(b"sides", blob_id, (), len(near), room)]
         return sorted(picked)

@@ -85,6 +85,24 @@ def _steering_ctx(world: World, first: int) -> Ctx:
     return dataclasses.replace(ctx, judge=judge)
 
 
+def test_positions_beyond_honest_reach_are_judged_farthest_first_however_dense_the_drift(world: World) -> None:
+    """Past ``side_reach`` of the margin lies what honest rounding did not reach in calibration: such
+    positions are judged after the misses, the farthest first, even where the rest are too dense to
+    be (a steering key cannot hide choices beyond honest reach among honest drift, nor pass the
+    density limit by adding neutral ones); the tiers depend on the distances alone."""
+    m = 0.04
+    v = world.validator(config=dataclasses.replace(world.config, sampling_margin=m, side_checks=4, side_dense=0.05))
+    blob = "cd" * 32
+    miss = [(0, 0, 1, 2 * m)]
+    wide = [(1, 0, t, m * (0.3 + 0.1 * t)) for t in range(5)]  # past a quarter of the margin
+    near = [(2, r, t, m * 0.2) for r in range(4) for t in range(25)]  # 100 off of 1,000: dense
+    got = v.pick_sides(blob, miss + near + wide, 1000)
+    assert got == sorted(miss + sorted(wide, key=lambda o: -o[3])[:3])
+    got = v.pick_sides(blob, near[:10] + wide[:1], 1000)  # not dense: the wide one, then 3 of the rest
+    assert len(got) == 4 and wide[0] in got and set(got) - {wide[0]} <= set(near[:10])
+    assert v.pick_sides(blob, near, 1000) == []  # dense, none beyond reach: nothing judged
+
+
 @pytest.mark.slow  # a lookahead generation at every choice: minutes with AVX2's kernels, where the
 @pytest.mark.timeout(1800)  # default model is not exact and honest off positions dilute the sides judged
 def test_steering_toward_reward_inside_the_rungs_fails_hard_within_a_few_batches(world: World) -> None:
