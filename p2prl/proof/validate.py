@@ -128,13 +128,13 @@ class ValidatorConfig:
     # picks: where honest drift is denser (vLLM against transformers on the 24M configuration, 14%)
     # the few positions judged are lost among it and each costs a generation (there it tripled the
     # verification time for no power), so the check is left to where rounding is near exact
-    # A position whose uniform lies more than side_reach * sampling_margin outside the chosen token's
+    side_checks: int = 8
+    side_dense: float = 0.05
+    # a position whose uniform lies more than side_reach * sampling_margin outside the chosen token's
     # interval (and within the margin) is beyond what honest rounding reached in calibration, which
     # sets the margin at four times the farthest honest distance it saw: such positions are judged
     # after the misses and before the rest, the farthest first, however dense the drift (the choice
     # left a steering key where drift is dense is then what honest rounding produces there)
-    side_checks: int = 8
-    side_dense: float = 0.05
     side_reach: float = 0.25
     side_window: int = 256
     side_keys: int = 1 << 16

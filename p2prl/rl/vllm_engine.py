@@ -122,8 +122,8 @@ def _allow_amx() -> None:
     On an AMX CPU vLLM's attention (its ``amx`` kernels, chosen for bf16) and its small-weight linear
     kernel execute AMX instructions, which Linux faults (SIGILL) in a process that has not requested
     the tile state (``arch_prctl(ARCH_REQ_XCOMP_PERM)``); oneDNN requests it for itself, so the
-    engine ran only where a transformers bf16 product had come first. torch's request is a no-op
-    where the CPU has no AMX.
+    engine ran only where one of oneDNN's bf16 products came first (a long prompt's, not a short
+    one's). torch's request is a no-op where the CPU has no AMX.
     """
     init, has = getattr(torch.cpu, "_init_amx", None), getattr(torch.cpu, "_is_amx_tile_supported", None)
     if init is not None and has is not None and has() and not init():
