@@ -124,10 +124,10 @@ class ValidatorConfig:
     # continued with this validator's model and the same uniforms and the rewards compared; a key
     # whose record of sides won and lost over about its last side_window decided positions is beyond
     # even odds at sampling_alpha fails hard as sampling (steering toward reward). 0 turns it off.
-    # Judged only while at most side_dense of the batch's checked tokens are off this validator's
-    # picks: where honest drift is denser (vLLM against transformers on the 24M configuration, 14%)
-    # the few positions judged are lost among it and each costs a generation (there it tripled the
-    # verification time for no power), so the check is left to where rounding is near exact
+    # Positions within honest reach (below) are judged only while at most side_dense of the batch's
+    # checked tokens are off this validator's picks: where honest drift is denser (vLLM against
+    # transformers on the 24M configuration, 14%) the few judged are lost among it and each costs a
+    # generation (there it tripled the verification time for no power)
     side_checks: int = 8
     side_dense: float = 0.05
     # a position whose uniform lies more than side_reach * sampling_margin outside the chosen token's
