@@ -17,13 +17,22 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from p2prl.lru import LRU
 from p2prl.protocol import is_hex
 from p2prl.rl import binom_log_sf
+
+
+class Off(NamedTuple):
+    """A recomputed position whose token is not the validator's pick."""
+
+    group: int
+    rollout: int
+    position: int
+    distance: float  # how far the uniform lies outside the chosen token's interval (> 0)
 
 
 @dataclass(frozen=True)

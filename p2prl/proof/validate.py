@@ -33,7 +33,7 @@ from p2prl.proof.batch import (
 )
 from p2prl.proof.fingerprint import SKETCH_DIM
 from p2prl.proof.recompute import Job, fisher_log_pvalues, iter_rollout_stats
-from p2prl.proof.sides import Side, SideRecord, judge_sides, off_positions
+from p2prl.proof.sides import Off, Side, SideRecord, judge_sides, off_positions
 from p2prl.protocol import (
     DEFAULT_MAX_STALENESS,
     PPM,
@@ -639,16 +639,16 @@ class RolloutValidator:
         tuple[float, int],
         list[np.ndarray],
         list[np.ndarray],
-        list[tuple[int, int, int, float]],
+        list[Off],
     ]:
         """Recompute the picked rollouts with the model and check each: fingerprint, behaviour
         logprobs, the likelihood of its tokens, and (for a repeat) whether it is a copy. Stops at the
         first hard failure (proof enough). Returns per group the fingerprint's (squared error, count),
         the batch's (sum of log tail probabilities, count), the per-position fingerprint errors, the
-        sampling distances over what was recomputed and its (group, rollout, position, distance)s
-        whose token is not this validator's pick (distance > 0: the uniform's outside the interval)."""
+        sampling distances over what was recomputed and its positions whose token is not this
+        validator's pick (``Off``)."""
         fp: dict[int, tuple[float, float]] = {}
-        off: list[tuple[int, int, int, float]] = []
+        off: list[Off] = []
         log_tails, n_tails = 0.0, 0
         pos_errs: list[np.ndarray] = []
         dists: list[np.ndarray] = []
@@ -663,7 +663,7 @@ class RolloutValidator:
             if res["samp_dist"] is not None:
                 dists.append(res["samp_dist"])
                 d = res["samp_dist"]
-                off += [(gi, ri, int(t), float(d[t])) for t in off_positions(d)]
+                off += [Off(gi, ri, int(t), float(d[t])) for t in off_positions(d)]
             if reasons[gi] in HARD_FAILURES:
                 continue
             # a group dropped softly is still judged for proof: a soft reason must not cover a hard one
@@ -775,7 +775,7 @@ class RolloutValidator:
         batch: RolloutBatch,
         model: Any,
         blob_id: str,
-        off: list[tuple[int, int, int, float]],
+        off: list[Off],
         problems: list[Any],
         reasons: list[str],
         stats: CheckStats,
@@ -790,7 +790,7 @@ class RolloutValidator:
         cfg = self.config
         if cfg.side_checks <= 0 or cfg.sampling_alpha <= 0 or _failed_hard(reasons):
             return
-        off = [o for o in off if reasons[o[0]] == R.OK]
+        off = [o for o in off if reasons[o.group] == R.OK]
         stats.side_positions = len(off)
         picked = self.pick_sides(blob_id, off, stats.sampling_tokens)
         if not picked:
@@ -814,25 +814,23 @@ class RolloutValidator:
                 if r == R.OK:
                     reasons[gi] = R.SAMPLING
 
-    def pick_sides(
-        self, blob_id: str, off: list[tuple[int, int, int, float]], tokens: int
-    ) -> list[tuple[int, int, int, float]]:
-        """Which of the positions ``off`` (group, rollout, position, distance; of ``tokens`` checked)
-        to judge, up to ``side_checks`` in all: the misses (beyond the margin) first, picked from the
-        secret; then those beyond honest reach (past ``side_reach`` of the margin), the farthest first;
-        then, while all of ``off`` are at most ``side_dense`` of the tokens (or ``side_checks``), the
-        rest, picked from the secret. Each tier depends on the distances alone, never on what a side
-        earns, so an honest key's decided sides stay at even odds whichever are judged."""
+    def pick_sides(self, blob_id: str, off: list[Off], tokens: int) -> list[Off]:
+        """Which of the positions ``off`` (of ``tokens`` checked) to judge, up to ``side_checks`` in
+        all: the misses (beyond the margin) first, picked from the secret; then those beyond honest
+        reach (past ``side_reach`` of the margin), the farthest first; then, while all of ``off`` are
+        at most ``side_dense`` of the tokens (or ``side_checks``), the rest, picked from the secret.
+        Each tier depends on the distances alone, never on what a side earns, so an honest key's
+        decided sides stay at even odds whichever are judged."""
         cfg = self.config
         reach = cfg.sampling_margin * cfg.side_reach
-        far = [o for o in off if o[3] > cfg.sampling_margin]
-        wide = [o for o in off if reach < o[3] <= cfg.sampling_margin]
-        near = [o for o in off if o[3] <= reach]
+        far = [o for o in off if o.distance > cfg.sampling_margin]
+        wide = [o for o in off if reach < o.distance <= cfg.sampling_margin]
+        near = [o for o in off if o.distance <= reach]
         picked = [far[int(i)] for i in self._secret_pick(b"far", blob_id, (), len(far), cfg.side_checks)]
         room = cfg.side_checks - len(picked)
         if wide and room > 0:
             rank = self._secret_rng(b"wide", blob_id, ()).permutation(len(wide))
-            order = sorted(range(len(wide)), key=lambda i: (-wide[i][3], rank[i]))
+            order = sorted(range(len(wide)), key=lambda i: (-wide[i].distance, rank[i]))
             picked += [wide[i] for i in order[:room]]
             room = cfg.side_checks - len(picked)
         if near and room > 0 and len(off) <= max(cfg.side_checks, cfg.side_dense * tokens):

@@ -14,7 +14,7 @@ from proofkit import GROUP, MH, MINER, PARAMS, POSITION_SECRET, VERSION, World
 
 from p2prl.bench.attacks import Ctx, steer_in_margin
 from p2prl.bench.proof import ModelSetup
-from p2prl.proof.sides import SideRecord
+from p2prl.proof.sides import Off, SideRecord
 from p2prl.reasons import VerdictReason as R
 from p2prl.rl.engine import HFEngine
 from p2prl.rl.sampling import sample_key, uniforms
@@ -93,11 +93,11 @@ def test_positions_beyond_honest_reach_are_judged_farthest_first_however_dense_t
     m = 0.04
     v = world.validator(config=dataclasses.replace(world.config, sampling_margin=m, side_checks=4, side_dense=0.05))
     blob = "cd" * 32
-    miss = [(0, 0, 1, 2 * m)]
-    wide = [(1, 0, t, m * (0.3 + 0.1 * t)) for t in range(5)]  # past a quarter of the margin
-    near = [(2, r, t, m * 0.2) for r in range(4) for t in range(25)]  # 100 off of 1,000: dense
+    miss = [Off(0, 0, 1, 2 * m)]
+    wide = [Off(1, 0, t, m * (0.3 + 0.1 * t)) for t in range(5)]  # past a quarter of the margin
+    near = [Off(2, r, t, m * 0.2) for r in range(4) for t in range(25)]  # 100 off of 1,000: dense
     got = v.pick_sides(blob, miss + near + wide, 1000)
-    assert got == sorted(miss + sorted(wide, key=lambda o: -o[3])[:3])
+    assert got == sorted(miss + sorted(wide, key=lambda o: -o.distance)[:3])
     got = v.pick_sides(blob, near[:10] + wide[:1], 1000)  # not dense: the wide one, then 3 of the rest
     assert len(got) == 4 and wide[0] in got and set(got) - {wide[0]} <= set(near[:10])
     assert v.pick_sides(blob, near, 1000) == []  # dense, none beyond reach: nothing judged
@@ -178,13 +178,13 @@ def test_misses_are_judged_first_and_however_dense_the_drift(world: World) -> No
     steering key cannot hide its misses among honest drift)."""
     v = world.validator(config=dataclasses.replace(world.config, side_checks=8, side_dense=0.05))
     blob = "ab" * 32
-    far = [(0, 0, t, True) for t in range(3)]
-    near = [(1, r, t, False) for r in range(4) for t in range(25)]  # 100 off of 1,000 checked: dense
+    far = [Off(0, 0, t, 1.0) for t in range(3)]  # beyond the margin
+    near = [Off(1, r, t, 1e-4) for r in range(4) for t in range(25)]  # 100 off of 1,000 checked: dense
     assert v.pick_sides(blob, far + near, 1000) == far
     few = near[:20]  # 23 off of 1,000: not dense; the misses, then 5 of the rest
     got = v.pick_sides(blob, far + few, 1000)
     assert len(got) == 8 and set(far) <= set(got) and set(got) - set(far) <= set(few)
-    many = [(2, 0, t, True) for t in range(12)]  # more misses than side_checks: 8 of them
+    many = [Off(2, 0, t, 1.0) for t in range(12)]  # more misses than side_checks: 8 of them
     got = v.pick_sides(blob, many + near, 1000)
     assert len(got) == 8 and set(got) <= set(many)
     assert v.pick_sides(blob, many + near, 1000) == got  # the secret fixes the pick
