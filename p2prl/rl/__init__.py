@@ -64,7 +64,15 @@ if TYPE_CHECKING:
         unpack_files,
     )
     from p2prl.rl.randmodel import QWEN25_05B, TINY, VLLM_TINY, build_random_model_dir
-    from p2prl.rl.sampling import interval_distance, pick_tokens, sample_key, token_intervals, uniforms
+    from p2prl.rl.sampling import (
+        apply_top_p,
+        interval_distance,
+        intervals_of,
+        pick_tokens,
+        sample_key,
+        token_intervals,
+        uniforms,
+    )
     from p2prl.rl.tokenizer import CharTokenizer, Tokenizer, load_tokenizer
     from p2prl.rl.types import Rollout, RolloutGroup
     from p2prl.rl.verify import binom_log_sf
@@ -96,6 +104,7 @@ __all__ = [
     "Sample",
     "Task",
     "Tokenizer",
+    "apply_top_p",
     "binom_log_sf",
     "build_default_model",
     "build_random_model_dir",
@@ -114,6 +123,7 @@ __all__ = [
     "get_task",
     "has_weights",
     "interval_distance",
+    "intervals_of",
     "launched",
     "load_model",
     "load_tokenizer",

@@ -53,7 +53,12 @@ def processed_probs(
     import torch
 
     z = logits.double() / temperature
-    p = torch.softmax(z, dim=-1)
+    return apply_top_p(torch.softmax(z, dim=-1), top_p, through, slack)
+
+
+def apply_top_p(p: Any, top_p: float, through: Any = None, slack: float = 0.0) -> Any:
+    """``processed_probs`` from the temperature-scaled float64 probabilities ``p``: the top-p kept set
+    renormalised (``p`` itself at ``top_p`` 1), for a caller that needs both."""
     if top_p < 1.0:
         p = p.masked_fill(_top_p_drop(p, top_p, through, slack), 0.0)
         p = p / p.sum(-1, keepdim=True)
@@ -74,7 +79,66 @@ def top_p_drop(logits: Any, temperature: float, top_p: float, through: Any = Non
     return _top_p_drop(p, top_p, through, slack)
 
 
+_FIRST_K = (
+    256  # the likeliest tokens the cut looks among first: a language model's top-p set is usually smaller
+)
+
+
 def _top_p_drop(p: Any, top_p: float, through: Any = None, slack: float = 0.0) -> Any:
+    """The cut of ``top_p_drop`` on probabilities ``p``: the likeliest tokens first (ties by lower id),
+    each dropped once the mass before it reaches ``top_p``.
+
+    Exactly the full sort's cut, without sorting the vocabulary: among the ``k`` likeliest tokens of a
+    row, those strictly likelier than the ``k``-th are the first places of the full stable order, and
+    a cumsum's first places depend on those places alone; once their mass reaches the cut, every later
+    token is dropped, since adding non-negative numbers never decreases a sum (with ``through``: once
+    the token is among them too, or their mass reaches the cut plus the slack). A row whose ``k``
+    likeliest fall short is looked at again with four times as many, and past a
+    quarter of the vocabulary sorted whole. On the CPU only, whose cumsum adds in order (a GPU's
+    parallel scan may round a prefix otherwise); there the sort is cheap anyway."""
+    import torch
+
+    if p.dim() != 2 or p.shape[-1] <= 4 * _FIRST_K or p.device.type != "cpu":  # CPU: a sequential cumsum
+        return _top_p_drop_sorted(p, top_p, through, slack)
+    tgt = None
+    if through is not None and slack > 0:
+        tgt = torch.as_tensor(through, dtype=torch.long, device=p.device).reshape(-1, 1)
+    drop = torch.ones_like(p, dtype=torch.bool)
+    todo = torch.arange(p.shape[0], device=p.device)
+    k = _FIRST_K
+    while len(todo) and 4 * k <= p.shape[-1]:
+        vals, idx = torch.topk(p[todo], k, dim=-1, sorted=False)
+        kth = vals.amin(-1, keepdim=True)
+        ids, by_id = idx.sort(-1)  # ids ascending, then a stable sort by probability: ties by lower id
+        vals = vals.gather(-1, by_id)
+        lead = vals > kth  # strictly likelier than the k-th: a prefix of the full order
+        order = torch.where(lead, -vals, torch.inf).sort(dim=-1, stable=True).indices
+        ids, sp, lead = ids.gather(-1, order), vals.gather(-1, order), lead.gather(-1, order)
+        sp = sp.masked_fill(~lead, 0.0)
+        cum = sp.cumsum(-1)
+        before = cum - sp
+        n_lead = lead.sum(-1, keepdim=True)
+        mass = cum.gather(-1, (n_lead - 1).clamp(min=0)).masked_fill(n_lead == 0, 0.0)
+        done = (mass >= top_p).squeeze(1)
+        drop_sorted = (before >= top_p) | ~lead
+        if tgt is not None:  # the token kept with every likelier one: settled once it is among the first
+            hit = (ids == tgt[todo]) & lead
+            found = hit.any(-1, keepdim=True)
+            rank = hit.int().argmax(-1, keepdim=True)
+            near = (before.gather(-1, rank) < top_p + slack) & found
+            upto = torch.arange(k, device=p.device)[None, :] <= rank
+            drop_sorted &= ~(upto & near)
+            done &= (found | (mass >= top_p + slack)).squeeze(1)
+        rows = todo[done]
+        drop[rows] = drop[rows].scatter(-1, ids[done], drop_sorted[done])
+        todo, k = todo[~done], 4 * k
+    if len(todo):
+        drop[todo] = _top_p_drop_sorted(p[todo], top_p, tgt[todo] if tgt is not None else None, slack)
+    return drop
+
+
+def _top_p_drop_sorted(p: Any, top_p: float, through: Any = None, slack: float = 0.0) -> Any:
+    """``_top_p_drop`` by a stable sort of the whole row: the definition."""
     import torch
 
     # stable sort of -p keeps lower ids first among equal probabilities
@@ -121,11 +185,18 @@ def token_intervals(
         hit = (logits.float().argmax(-1, keepdim=True) == tgt).squeeze(1).double()
         return np.zeros(len(hit)), hit.cpu().numpy()
     p = processed_probs(logits, temperature, top_p, tgt.squeeze(1) if slack > 0 else None, slack)
+    lo, hi = intervals_of(p, tgt)
+    return lo.cpu().numpy(), hi.cpu().numpy()
+
+
+def intervals_of(p: Any, tokens: Any) -> tuple[Any, Any]:
+    """Per row of processed probabilities ``p`` (``processed_probs``), the interval ``[lo, hi)`` of
+    ``u`` whose inverse CDF picks ``tokens`` (``[B, 1]`` long): float64 tensors, the pick's own cumsum."""
     cdf = p.cumsum(-1)
     total = cdf[:, -1:]
-    hi = cdf.gather(1, tgt) / total
-    lo = hi - p.gather(1, tgt) / total
-    return lo.squeeze(1).clamp(min=0.0).cpu().numpy(), hi.squeeze(1).cpu().numpy()
+    hi = cdf.gather(1, tokens) / total
+    lo = hi - p.gather(1, tokens) / total
+    return lo.squeeze(1).clamp(min=0.0), hi.squeeze(1)
 
 
 def interval_distance(lo: np.ndarray, hi: np.ndarray, u: np.ndarray) -> np.ndarray:

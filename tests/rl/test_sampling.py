@@ -122,3 +122,31 @@ def test_a_token_at_the_cut_is_kept_within_the_validators_slack() -> None:
     assert bool(top_p_drop(z, 1.0, top_p, torch.tensor([4]), slack=2e-3)[0, 4])  # past the slack
     lo, hi = token_intervals(z, tok, 1.0, top_p, slack=2e-3)
     assert hi[0] > lo[0]
+
+
+def test_the_cut_among_the_likeliest_is_the_full_sorts_cut_bit_for_bit() -> None:
+    """Top-p looks among the row's likeliest tokens instead of sorting the vocabulary: the dropped set
+    must be the full stable sort's exactly (ties by lower id included), with and without the
+    validator's slack, for sharp rows, flat rows that need more candidates, and a row of ties alone."""
+    from p2prl.rl.sampling import _top_p_drop, _top_p_drop_sorted
+
+    gen = torch.Generator().manual_seed(0)
+    vocab = 4096  # candidates 256, then 1024, then the whole sort
+    rows = [torch.randn(48, vocab, generator=gen) * s for s in (8.0, 3.0, 1.0, 0.3)]  # sharp to flat
+    coarse = (torch.randn(16, vocab, generator=gen) * 4).round()  # few distinct logits: ties at the cut
+    logits = torch.cat([*rows, coarse, torch.zeros(2, vocab)]).bfloat16()
+    targets = torch.randint(0, vocab, (logits.shape[0],), generator=gen)
+    checked = 0
+    for temperature in (0.7, 1.0):
+        p = torch.softmax(logits.double() / temperature, dim=-1)
+        targets[::3] = p[::3].argsort(-1, descending=True)[:, 40]  # likely tokens near a cut too
+        for top_p in (0.5, 0.9, 0.95, 0.999):
+            for through, slack in ((None, 0.0), (targets, 0.05), (targets, 0.3)):
+                fast = _top_p_drop(p, top_p, through, slack)
+                assert torch.equal(fast, _top_p_drop_sorted(p, top_p, through, slack)), (
+                    temperature,
+                    top_p,
+                    slack,
+                )
+                checked += int((~fast).sum())
+    assert checked > 100_000  # the kept sets were not trivially small
