@@ -96,6 +96,16 @@ def in_float32(module: Any, *args: Any, **kwargs: Any) -> Any:
     return torch.func.functional_call(module, {n: p.float() for n, p in params.items()}, args, kwargs)
 
 
+@dataclass(frozen=True)
+class TokenScores:
+    """Per completion token, what the checks read from the validator's logits (float64 arrays)."""
+
+    logprob: np.ndarray  # the target's log-probability under the sampled distribution (T, top-p)
+    log_tail: np.ndarray  # log P(a token no likelier than the target), temperature-scaled, no top-p
+    lo: np.ndarray  # the interval [lo, hi) of u whose inverse CDF picks the target (rl.sampling)
+    hi: np.ndarray
+
+
 def token_scores(
     logits: Any,
     targets: np.ndarray,
@@ -103,29 +113,44 @@ def token_scores(
     top_p: float,
     vocab_elems: int = VOCAB_ELEMS,
     top_p_slack: float = 0.0,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per token: the log-probability of the target under the sampled distribution (temperature,
-    top-p), and the log tail probability ``log P(a token no likelier than the target)`` under the
-    temperature-scaled distribution (no top-p: that only makes honest tokens look likelier, so the
-    test stays conservative). ``top_p_slack``: a target whose mass before it is under ``top_p`` plus
-    this is kept by the cut (a miner's logits a rounding step off ours put it inside its own cut)."""
+) -> TokenScores:
+    """The target's log-probability under the sampled distribution (temperature, top-p), its log tail
+    probability under the temperature-scaled distribution (no top-p: that only makes honest tokens look
+    likelier, so the test stays conservative) and its inverse-CDF interval (temperature 0: greedy,
+    [0, 1) for the argmax and empty otherwise), all from one float64 softmax per slice of rows.
+    ``top_p_slack``: a target whose mass before it is under ``top_p`` plus this is kept by the cut (a
+    miner's logits a rounding step off ours put it inside its own cut).
+
+    The intervals are ``rl.sampling``'s own (``apply_top_p``, ``intervals_of``): bit for bit the pick's
+    numbers. One softmax serves all three where three used to run (SmolLM2-135M: a third of a batch's
+    check was these passes over the 49,152-token vocabulary)."""
     import torch
 
-    from p2prl.rl import processed_logprobs  # torch, as above: importing proof/ costs none
+    from p2prl.rl import apply_top_p, intervals_of  # torch, as above: importing proof/ costs none
 
     t = temperature if temperature > 0 else 1.0
     tgt = torch.as_tensor(targets.astype(np.int64))[:, None]
     step = max(1, vocab_elems // max(1, logits.shape[1]))
-    lps, tails = [], []
+    parts: list[tuple[Any, Any, Any, Any]] = []
     for s in range(0, logits.shape[0], step):
         lg, tg = logits[s : s + step], tgt[s : s + step]
-        lps.append(processed_logprobs(lg, t, top_p, tg, top_p_slack).gather(1, tg).squeeze(1).double())
-        probs = torch.softmax(lg.double() / t, dim=-1)
+        z = lg.double()
+        if t != 1.0:  # x / 1 is x: the pick's softmax(z / T) bit for bit, one pass fewer at T = 1
+            z.div_(t)
+        probs = torch.softmax(z, dim=-1)
+        q = apply_top_p(probs, top_p, tg.squeeze(1) if top_p_slack > 0 else None, top_p_slack)
+        lo, hi = intervals_of(q, tg)
+        if temperature <= 0:
+            hit = (lg.float().argmax(-1, keepdim=True) == tg).squeeze(1).double()
+            lo, hi = torch.zeros_like(hit), hit
+        lp = q.gather(1, tg).squeeze(1).log()
         p_x = probs.gather(1, tg)
-        tails.append((probs * (probs <= p_x * (1 + 1e-6))).sum(-1).clamp(min=1e-300).log())
-    if not lps:
-        return np.zeros(0), np.zeros(0)
-    return torch.cat(lps).numpy(), torch.cat(tails).numpy()
+        # the tail in place: probs (and q, at top-p 1) are spent by now
+        tail = probs.masked_fill_(probs > p_x * (1 + 1e-6), 0.0).sum(-1).clamp(min=1e-300).log()
+        parts.append((lp, tail, lo, hi))
+    if not parts:
+        return TokenScores(*(np.zeros(0) for _ in range(4)))
+    return TokenScores(*(torch.cat(col).numpy() for col in zip(*parts, strict=True)))
 
 
 def rounding_allowance(logits: Any, targets: np.ndarray, temperature: float) -> np.ndarray:
@@ -260,7 +285,8 @@ def _chunk_stats(
     pos_splits = np.split(pos_err, np.cumsum(k)[:-1])
     # logprobs and tails
     targets = np.concatenate([j.completion_ids for j in jobs])
-    lp, tails = token_scores(logits, targets, temperature, top_p, top_p_slack=top_p_slack)
+    scores = token_scores(logits, targets, temperature, top_p, top_p_slack=top_p_slack)
+    lp, tails = scores.logprob, scores.log_tail
     claimed_lp = np.concatenate([j.logprobs for j in jobs]).astype(np.float64)
     # the error beyond what bf16 rounding of the logits explains: what the tolerances bound
     lp_err = np.maximum(0.0, np.abs(lp - claimed_lp) - rounding_allowance(logits, targets, temperature))
@@ -270,7 +296,7 @@ def _chunk_stats(
     tail_sum = np.bincount(seg, tails, minlength=len(jobs))
     dist = fisher_log_pvalues(tail_sum, n)
     seq_lp = np.bincount(seg, lp, minlength=len(jobs))
-    samp = _sampling_distances(jobs, logits, targets, starts, n, temperature, top_p, top_p_slack)
+    samp = _sampling_distances(jobs, scores, starts, n)
     return [
         {
             "fp_sq": float(fp_sq[i]),
@@ -291,31 +317,15 @@ def _chunk_stats(
 
 
 def _sampling_distances(
-    jobs: Sequence[Job],
-    logits: Any,
-    targets: np.ndarray,
-    starts: np.ndarray,
-    n: np.ndarray,
-    temperature: float,
-    top_p: float,
-    top_p_slack: float = 0.0,
+    jobs: Sequence[Job], scores: TokenScores, starts: np.ndarray, n: np.ndarray
 ) -> list[np.ndarray | None]:
     """Per job with uniforms: each token's distance from its public uniform to the token's interval
     under this model's processed distribution (``rl.sampling``); None for jobs without uniforms."""
-    from p2prl.rl import interval_distance, token_intervals
+    from p2prl.rl import interval_distance
 
     out: list[np.ndarray | None] = [None] * len(jobs)
-    if not any(j.uniforms is not None for j in jobs) or not len(targets):
-        return out
-    step = max(1, VOCAB_ELEMS // max(1, logits.shape[1]))
-    los, his = [], []
-    for s in range(0, logits.shape[0], step):
-        lo, hi = token_intervals(logits[s : s + step], targets[s : s + step], temperature, top_p, top_p_slack)
-        los.append(lo)
-        his.append(hi)
-    lo, hi = np.concatenate(los), np.concatenate(his)
     for i, j in enumerate(jobs):
         if j.uniforms is not None:
             sl = slice(int(starts[i]), int(starts[i] + n[i]))
-            out[i] = interval_distance(lo[sl], hi[sl], np.asarray(j.uniforms, dtype=np.float64))
+            out[i] = interval_distance(scores.lo[sl], scores.hi[sl], np.asarray(j.uniforms, dtype=np.float64))
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -20,6 +21,7 @@ from p2prl.proof.recompute import (
 )
 from p2prl.proof.validate import fisher_log_pvalue
 from p2prl.rl.engine import processed_logprobs, teacher_forced
+from p2prl.rl.sampling import token_intervals
 
 
 def test_token_chunks_respect_the_budget() -> None:
@@ -46,18 +48,32 @@ def test_fisher_vectorized_matches_the_scalar_definition() -> None:
     )
 
 
-@pytest.mark.parametrize("top_p", [1.0, 0.8])
-def test_token_scores_slicing_changes_nothing(top_p: float) -> None:
+@pytest.mark.parametrize(("temperature", "top_p"), [(0.7, 1.0), (0.7, 0.8), (0.0, 1.0)])
+def test_token_scores_slicing_changes_nothing(temperature: float, top_p: float) -> None:
+    """One softmax a slice gives what each definition gives: the sampled distribution's logprob, the
+    pick's own intervals bit for bit (``token_intervals``), the tail over the temperature-scaled
+    distribution; slicing the rows changes nothing."""
     torch.manual_seed(0)
     logits = torch.randn(37, 50) * 3
     targets = np.random.default_rng(1).integers(0, 50, size=37)
-    whole = token_scores(logits, targets, 0.7, top_p)
-    sliced = token_scores(logits, targets, 0.7, top_p, vocab_elems=50 * 4)  # 4 tokens at a time
-    np.testing.assert_allclose(whole[0], sliced[0], rtol=0, atol=1e-12)
-    np.testing.assert_allclose(whole[1], sliced[1], rtol=0, atol=1e-12)
-    ref = processed_logprobs(logits, 0.7, top_p).gather(1, torch.as_tensor(targets)[:, None])
-    np.testing.assert_allclose(whole[0], ref.squeeze(1).double().numpy(), atol=1e-6)
-    assert np.all(whole[1] <= 1e-9)  # log of a probability
+    targets[:5] = logits[:5].argmax(-1).numpy()  # greedy's intervals: [0, 1) for these
+    whole = token_scores(logits, targets, temperature, top_p)
+    sliced = token_scores(logits, targets, temperature, top_p, vocab_elems=50 * 4)  # 4 tokens at a time
+    for a, b in zip(dataclasses.astuple(whole), dataclasses.astuple(sliced), strict=True):
+        np.testing.assert_array_equal(a, b)
+    t = temperature or 1.0
+    ref = processed_logprobs(logits, t, top_p).gather(1, torch.as_tensor(targets)[:, None])
+    np.testing.assert_allclose(whole.logprob, ref.squeeze(1).double().numpy(), atol=1e-5)
+    lo, hi = token_intervals(logits, targets, temperature, top_p)
+    np.testing.assert_array_equal(whole.lo, lo)
+    np.testing.assert_array_equal(whole.hi, hi)
+    p = torch.softmax(logits.double() / t, -1)
+    p_x = p.gather(1, torch.as_tensor(targets)[:, None])
+    tail = (p * (p <= p_x * (1 + 1e-6))).sum(-1).log().numpy()
+    np.testing.assert_allclose(whole.log_tail, tail, rtol=0, atol=1e-12)
+    assert np.all(whole.log_tail <= 1e-9)  # log of a probability
+    if temperature == 0:
+        assert np.all(whole.hi[:5] == 1.0) and np.all(whole.lo == 0.0)
 
 
 def test_rollout_stats_match_one_teacher_forced_pass_per_rollout(world: World) -> None:
@@ -114,8 +130,8 @@ def test_a_logit_one_bf16_step_apart_is_within_the_rounding_allowance() -> None:
     shifted[0, 3] = z[0, 3] + 0.0625  # the next bf16 value above 10
     assert shifted[0, 3].float().item() == 10.0625
     targets = np.array([3])
-    honest, _ = token_scores(z.float(), targets, 1.0, 1.0)
-    other, _ = token_scores(shifted.float(), targets, 1.0, 1.0)
+    honest = token_scores(z.float(), targets, 1.0, 1.0).logprob
+    other = token_scores(shifted.float(), targets, 1.0, 1.0).logprob
     diff = abs(float(other[0] - honest[0]))
     allow = rounding_allowance(z.float(), targets, 1.0)
     assert diff > 0.05  # a fixed floor of 0.05 would reject this honest token
