@@ -121,12 +121,13 @@ def token_scores(
     ``top_p_slack``: a target whose mass before it is under ``top_p`` plus this is kept by the cut (a
     miner's logits a rounding step off ours put it inside its own cut).
 
-    The intervals are ``rl.sampling``'s own (``apply_top_p``, ``intervals_of``): bit for bit the pick's
-    numbers. One softmax serves all three where three used to run (SmolLM2-135M: a third of a batch's
-    check was these passes over the 49,152-token vocabulary)."""
+    The intervals are ``rl.sampling``'s own (``apply_top_p``, ``intervals_of``, ``greedy_intervals``):
+    bit for bit the pick's numbers. One softmax serves all three where three used to run
+    (SmolLM2-135M: a third of a batch's check was these passes over the 49,152-token vocabulary)."""
     import torch
 
-    from p2prl.rl import apply_top_p, intervals_of  # torch, as above: importing proof/ costs none
+    # torch, as above: importing proof/ costs none
+    from p2prl.rl import apply_top_p, greedy_intervals, intervals_of
 
     t = temperature if temperature > 0 else 1.0
     tgt = torch.as_tensor(targets.astype(np.int64))[:, None]
@@ -139,10 +140,7 @@ def token_scores(
             z.div_(t)
         probs = torch.softmax(z, dim=-1)
         q = apply_top_p(probs, top_p, tg.squeeze(1) if top_p_slack > 0 else None, top_p_slack)
-        lo, hi = intervals_of(q, tg)
-        if temperature <= 0:
-            hit = (lg.float().argmax(-1, keepdim=True) == tg).squeeze(1).double()
-            lo, hi = torch.zeros_like(hit), hit
+        lo, hi = intervals_of(q, tg) if temperature > 0 else greedy_intervals(lg, tg)
         lp = q.gather(1, tg).squeeze(1).log()
         p_x = probs.gather(1, tg)
         # the tail in place: probs (and q, at top-p 1) are spent by now

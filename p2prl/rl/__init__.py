@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from p2prl.rl.randmodel import QWEN25_05B, TINY, VLLM_TINY, build_random_model_dir
     from p2prl.rl.sampling import (
         apply_top_p,
+        greedy_intervals,
         interval_distance,
         intervals_of,
         pick_tokens,
@@ -121,6 +122,7 @@ __all__ = [
     "evaluate_policy",
     "file_sha256",
     "get_task",
+    "greedy_intervals",
     "has_weights",
     "interval_distance",
     "intervals_of",

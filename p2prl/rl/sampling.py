@@ -79,9 +79,7 @@ def top_p_drop(logits: Any, temperature: float, top_p: float, through: Any = Non
     return _top_p_drop(p, top_p, through, slack)
 
 
-_FIRST_K = (
-    256  # the likeliest tokens the cut looks among first: a language model's top-p set is usually smaller
-)
+_FIRST_K = 256  # the likeliest tokens the cut looks among first: an LM's top-p set is usually smaller
 
 
 def _top_p_drop(p: Any, top_p: float, through: Any = None, slack: float = 0.0) -> Any:
@@ -117,8 +115,7 @@ def _top_p_drop(p: Any, top_p: float, through: Any = None, slack: float = 0.0) -
         sp = sp.masked_fill(~lead, 0.0)
         cum = sp.cumsum(-1)
         before = cum - sp
-        n_lead = lead.sum(-1, keepdim=True)
-        mass = cum.gather(-1, (n_lead - 1).clamp(min=0)).masked_fill(n_lead == 0, 0.0)
+        mass = cum[:, -1:]  # the leading tokens' mass: the zeros after them add nothing
         done = (mass >= top_p).squeeze(1)
         drop_sorted = (before >= top_p) | ~lead
         if tgt is not None:  # the token kept with every likelier one: settled once it is among the first
@@ -182,11 +179,17 @@ def token_intervals(
 
     tgt = torch.as_tensor(tokens, dtype=torch.long, device=logits.device).reshape(-1, 1)
     if temperature == 0:
-        hit = (logits.float().argmax(-1, keepdim=True) == tgt).squeeze(1).double()
-        return np.zeros(len(hit)), hit.cpu().numpy()
-    p = processed_probs(logits, temperature, top_p, tgt.squeeze(1) if slack > 0 else None, slack)
-    lo, hi = intervals_of(p, tgt)
+        lo, hi = greedy_intervals(logits, tgt)
+    else:
+        p = processed_probs(logits, temperature, top_p, tgt.squeeze(1) if slack > 0 else None, slack)
+        lo, hi = intervals_of(p, tgt)
     return lo.cpu().numpy(), hi.cpu().numpy()
+
+
+def greedy_intervals(logits: Any, tokens: Any) -> tuple[Any, Any]:
+    """``intervals_of`` at temperature 0 (greedy): [0, 1) for the argmax, empty otherwise."""
+    hit = (logits.float().argmax(-1, keepdim=True) == tokens).squeeze(1).double()
+    return hit.new_zeros(hit.shape), hit
 
 
 def intervals_of(p: Any, tokens: Any) -> tuple[Any, Any]:

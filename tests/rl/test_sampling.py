@@ -143,10 +143,6 @@ def test_the_cut_among_the_likeliest_is_the_full_sorts_cut_bit_for_bit() -> None
         for top_p in (0.5, 0.9, 0.95, 0.999):
             for through, slack in ((None, 0.0), (targets, 0.05), (targets, 0.3)):
                 fast = _top_p_drop(p, top_p, through, slack)
-                assert torch.equal(fast, _top_p_drop_sorted(p, top_p, through, slack)), (
-                    temperature,
-                    top_p,
-                    slack,
-                )
+                assert torch.equal(fast, _top_p_drop_sorted(p, top_p, through, slack)), (temperature, top_p, slack)
                 checked += int((~fast).sum())
     assert checked > 100_000  # the kept sets were not trivially small
