@@ -223,6 +223,7 @@ def iter_rollout_stats(
     forward_tokens: int,
     recheck: Callable[[dict[str, Any]], bool] | None = None,
     top_p_slack: float = 0.0,
+    float32: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """For every job, in order: fingerprint squared error and count (``fp_sq``, ``fp_n``), its rms
     without its largest positions (``fp_rollout``, ``trimmed_rms``), its plain rms (``fp_rms``,
@@ -240,13 +241,16 @@ def iter_rollout_stats(
     right model's: they differ by rounding, except where rounding diverges). A bf16 full forward of
     SmolLM2-135M landed 0.43 of the hidden state's norm and 1.6 nats from the float32 one on an honest completion whose miner's bf16 generation was within
     0.05 and 0.12 of it: in bf16 alone the validator's own rounding failed that honest miner
-    (docs/PROOF.md, "A float32 second opinion")."""
+    (docs/PROOF.md, "A float32 second opinion").
+
+    ``float32``: every forward in float32 from the model's weights (``recheck`` is then moot): on a
+    CPU without bf16 kernels torch emulates a bf16 matmul at a third of float32's speed."""
     lengths = [len(j.prompt_ids) + len(j.completion_ids) for j in jobs]
     for run in token_chunks(lengths, forward_tokens):
         part = [jobs[i] for i in run]
-        hidden, logits = forward_flat(model, [(j.prompt_ids, j.completion_ids) for j in part])
+        hidden, logits = forward_flat(model, [(j.prompt_ids, j.completion_ids) for j in part], float32=float32)
         stats = _chunk_stats(part, hidden, logits, manifest_hash, sketch_dim, temperature, top_p, top_p_slack)
-        again = [i for i, st in enumerate(stats) if recheck is not None and recheck(st)]
+        again = [i for i, st in enumerate(stats) if recheck is not None and not float32 and recheck(st)]
         if again:
             sub = [part[i] for i in again]
             h32, l32 = forward_flat(model, [(j.prompt_ids, j.completion_ids) for j in sub], float32=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 
@@ -20,6 +21,7 @@ from p2prl.proof.recompute import (
     trimmed_rms,
 )
 from p2prl.proof.validate import fisher_log_pvalue
+from p2prl.rl import sample_key, uniforms
 from p2prl.rl.engine import processed_logprobs, teacher_forced
 from p2prl.rl.sampling import token_intervals
 
@@ -138,3 +140,34 @@ def test_a_logit_one_bf16_step_apart_is_within_the_rounding_allowance() -> None:
     assert diff <= allow[0] == pytest.approx(0.125)
     assert allow[0] < 3 * 0.0625  # three steps off exceeds it
     assert rounding_allowance(z.float(), targets, 0.5)[0] == pytest.approx(0.25)  # over the temperature
+
+
+def test_a_float32_forward_is_the_float32_models_bit_for_bit(world: World) -> None:
+    """``float32=True`` recomputes from the bf16 weights upcast for the call: the statistics of a
+    float32 copy of the model exactly, and no second opinion is asked for (it would be the same)."""
+    assert next(world.model.parameters()).dtype == torch.bfloat16
+    p = world.mine(indices=(63, 64), batch=4)
+    b = p.batch
+    jobs = [
+        Job(g.prompt_ids, r.completion_ids, r.logprobs, r.sketches, np.arange(len(r.completion_ids)),
+            uniforms(sample_key(b.prompt_seed, b.miner, g.index, ri), len(r.completion_ids)))
+        for g in b.groups
+        for ri, r in enumerate(g.rollouts)
+    ]
+    f32 = copy.deepcopy(world.model).float()
+    asked: list[int] = []
+
+    def recheck(st: dict[str, object]) -> bool:
+        asked.append(1)
+        return True
+
+    args = (jobs, MH, SKETCH_DIM, 0.7, 0.9, 64)
+    ours = list(iter_rollout_stats(world.model, *args, recheck=recheck, float32=True))
+    ref = list(iter_rollout_stats(f32, *args))
+    assert not asked and all("float32" not in st for st in ours)
+    for a, b in zip(ours, ref, strict=True):
+        for k in ("fp_sq", "fp_rollout", "lp_mean", "lp_max", "dist_logp", "seq_logprob"):
+            assert a[k] == b[k], k
+        assert np.array_equal(a["samp_dist"], b["samp_dist"])
+    bf16 = list(iter_rollout_stats(world.model, *args))
+    assert any(a["seq_logprob"] != b["seq_logprob"] for a, b in zip(ours, bf16, strict=True))

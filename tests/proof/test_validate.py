@@ -479,3 +479,16 @@ def test_recomputed_rollouts_cover_the_token_target(world: World) -> None:
     v = dataclasses.replace(world, config=cfg).validator()
     got = v.check(p.announcement, MINER, p.blob, VERSION).stats.rollouts_recomputed
     assert 3 < got < len(tokens) and got % 3 == 0
+
+
+def test_a_validator_judging_in_float32_accepts_the_honest_and_catches_other_weights(world: World) -> None:
+    """``forward_float32`` (a CPU without bf16 kernels): the bf16 miner's honest batch is accepted
+    without a second opinion, and another model's proofs still fail hard."""
+    v = world.validator(config=dataclasses.replace(world.config, forward_float32=True))
+    p = world.mine(indices=(40, 41), seed=3)
+    verdict = v.check(p.announcement, MINER, p.blob, VERSION)
+    assert _reasons(verdict) == {R.OK} and verdict.accepted_rollouts == p.batch.n_rollouts
+    assert verdict.stats.rollouts_float32 == 0
+    p = world.mine(model=world.other, indices=(42, 43))
+    verdict = v.check(p.announcement, MINER, p.blob, VERSION)
+    assert verdict.groups[0].reason == R.FINGERPRINT and verdict.hard_failure

@@ -198,6 +198,12 @@ class NodeConfig:
             "reference run), else loose defaults that let cheaper models pass."
         },
     )
+    forward_float32: bool = field(
+        default=False,
+        metadata={
+            "help": "Validator: recompute in float32 (a CPU without bf16 kernels, e.g. AVX2)."
+        },
+    )
     reference_engine: str = field(
         default="own",
         metadata={

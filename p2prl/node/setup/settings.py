@@ -50,6 +50,7 @@ class ValidatorSettings(RoleSettings):
     keep_states: int
     checked_per_group: int
     calibrate_tolerances: bool
+    forward_float32: bool  # the validator's forward in float32 (CPUs without bf16 kernels)
     reference_engine: str  # own | vllm | hf-avx2: what mines calibration's reference batches besides own
     score_window: int
 

@@ -178,7 +178,11 @@ class Validator:
         start = self.host.current
         self.sync = WeightSync(env, self.book, self.host, consecutive=True)
         gen = generation_params(env)
-        vcfg = ValidatorConfig.from_genesis(env.g, checked_per_group=env.settings.checked_per_group)
+        vcfg = ValidatorConfig.from_genesis(
+            env.g,
+            checked_per_group=env.settings.checked_per_group,
+            forward_float32=env.settings.forward_float32,
+        )
         # the genesis's pinned tolerances, which no calibration here goes below (None: none pinned)
         self._floor = vcfg if env.g.proof is not None else None
         task = task_of(env)  # built once: a data-backed task reads and hashes its file
