@@ -177,10 +177,11 @@ def run(
     columns: tuple[str, ...] = COLUMNS,
     cases: tuple[str, ...] = CASES,
     model_name: str = "tiny",
+    forward_float32: bool = False,
 ) -> dict[str, Any]:
     """Every case of ``cases`` in every column of ``columns`` on ``model_name`` (tiny: the default model,
     big: the 24M configuration, real: SmolLM2-135M-Instruct); returns the tables, tolerances and
-    timings."""
+    timings. ``forward_float32``: every validator recomputes in float32 (``--forward-float32``)."""
     from p2prl.rl import MODEL_LR
     from p2prl.rl.local import DEFAULT_LR
 
@@ -197,7 +198,9 @@ def run(
     mh = manifest_of(model)
     params = setup.params
     base = ValidatorConfig(
-        generation=generation_spec(params, groups_per_batch=GROUPS_PER_BATCH), max_staleness=max(STALE_KS)
+        generation=generation_spec(params, groups_per_batch=GROUPS_PER_BATCH),
+        max_staleness=max(STALE_KS),
+        forward_float32=forward_float32,
     )
     t0 = time.perf_counter()
     calibrated, drift = calibrate(model, setup.tokenizer, setup.task, params, mh, base)

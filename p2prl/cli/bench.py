@@ -196,6 +196,9 @@ def bench_cheats(
     model: str = typer.Option(
         "tiny", "--model", help="tiny (default model), big (~24M configuration) or real (SmolLM2-135M-Instruct)."
     ),
+    forward_float32: bool = typer.Option(
+        False, "--forward-float32", help="Every validator recomputes in float32 (a CPU without bf16 kernels)."
+    ),
 ) -> None:
     """Each cheat (cheaper or older weights, sharpened samplers, re-drawn batches, steering inside the
     margin, unrecomputed payloads, copy front-running, key grinding, drops at will) against a
@@ -213,7 +216,10 @@ def bench_cheats(
         bad.append(model)
     if bad:
         raise typer.BadParameter(f"unknown: {', '.join(bad)}")
-    result = run(cache_dir, rollouts, train_steps, log=log, columns=cols, cases=chosen, model_name=model)
+    result = run(
+        cache_dir, rollouts, train_steps, log=log, columns=cols, cases=chosen, model_name=model,
+        forward_float32=forward_float32,
+    )
     if as_json:
         typer.echo(json.dumps(result, sort_keys=True, default=float))
         return

@@ -245,12 +245,14 @@ def iter_rollout_stats(
 
     ``float32``: every forward in float32 from the model's weights (``recheck`` is then moot): on a
     CPU without bf16 kernels torch emulates a bf16 matmul at a third of float32's speed."""
+    if float32:
+        recheck = None
     lengths = [len(j.prompt_ids) + len(j.completion_ids) for j in jobs]
     for run in token_chunks(lengths, forward_tokens):
         part = [jobs[i] for i in run]
         hidden, logits = forward_flat(model, [(j.prompt_ids, j.completion_ids) for j in part], float32=float32)
         stats = _chunk_stats(part, hidden, logits, manifest_hash, sketch_dim, temperature, top_p, top_p_slack)
-        again = [i for i, st in enumerate(stats) if recheck is not None and not float32 and recheck(st)]
+        again = [i for i, st in enumerate(stats) if recheck is not None and recheck(st)]
         if again:
             sub = [part[i] for i in again]
             h32, l32 = forward_flat(model, [(j.prompt_ids, j.completion_ids) for j in sub], float32=True)

@@ -147,11 +147,11 @@ def test_a_float32_forward_is_the_float32_models_bit_for_bit(world: World) -> No
     float32 copy of the model exactly, and no second opinion is asked for (it would be the same)."""
     assert next(world.model.parameters()).dtype == torch.bfloat16
     p = world.mine(indices=(63, 64), batch=4)
-    b = p.batch
+    batch = p.batch
     jobs = [
         Job(g.prompt_ids, r.completion_ids, r.logprobs, r.sketches, np.arange(len(r.completion_ids)),
-            uniforms(sample_key(b.prompt_seed, b.miner, g.index, ri), len(r.completion_ids)))
-        for g in b.groups
+            uniforms(sample_key(batch.prompt_seed, batch.miner, g.index, ri), len(r.completion_ids)))
+        for g in batch.groups
         for ri, r in enumerate(g.rollouts)
     ]
     f32 = copy.deepcopy(world.model).float()
