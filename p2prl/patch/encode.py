@@ -21,6 +21,7 @@ import numpy as np
 import zstandard
 
 from p2prl.patch import intcode
+from p2prl.patch.diff import changes
 from p2prl.patch.dtypes import TensorLike, dtype_of, shape_of, uint_view
 from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.patch.format import (
@@ -124,12 +125,11 @@ Encoded = tuple[bytes, SegmentHead, "np.ndarray | None", "np.ndarray | None"]
 def _encode_segment(
     ti: int, start: int, old: np.ndarray, new: np.ndarray, level: int, index_coding: str
 ) -> Encoded | None:
-    pos = np.flatnonzero(old != new)
-    count = pos.size
+    span = old.size
+    count, pos, nv, ov = changes(old, new, span // DENSE_DIV)
     if count == 0:
         return None
-    span = old.size
-    if count * DENSE_DIV > span:
+    if pos is None or nv is None or ov is None:  # more than 1/DENSE_DIV changed
         coding, vraw, vcomp = _pick_values(
             [(VALUE_DELTA, intcode.zigzag_diff(new, old)), (VALUE_RAW, new)], level
         )
@@ -137,10 +137,7 @@ def _encode_segment(
             KIND_DENSE, coding, INDEX_NONE, ti, start, span, count, 0, 0, len(vraw), len(vcomp)
         )
         return head.pack() + vcomp, head, None, None
-    nv = new[pos]
-    coding, vraw, vcomp = _pick_values(
-        [(VALUE_DELTA, intcode.zigzag_diff(nv, old[pos])), (VALUE_RAW, nv)], level
-    )
+    coding, vraw, vcomp = _pick_values([(VALUE_DELTA, intcode.zigzag_diff(nv, ov)), (VALUE_RAW, nv)], level)
     gaps = intcode.positions_to_gaps(pos)
     if index_coding == "auto":
         options = [
