@@ -9,9 +9,11 @@ gathers over the whole segment. Where many words changed, the element path is th
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-__all__ = ["changes"]
+__all__ = ["Changed", "changes"]
 
 WORD = np.dtype(np.uint64)
 # above this share of changed words, comparing words first costs more than it saves
@@ -19,13 +21,17 @@ MAX_WORD_SHARE = 0.3
 SAMPLE_WORDS = 1 << 14
 
 
-Diff = tuple[int, "np.ndarray | None", "np.ndarray | None", "np.ndarray | None"]
+class Changed(NamedTuple):
+    """The changed elements of a segment: positions ascending (int64), and both bit patterns there."""
+
+    pos: np.ndarray
+    new: np.ndarray
+    old: np.ndarray
 
 
-def changes(old: np.ndarray, new: np.ndarray, limit: int) -> Diff:
-    """(count, positions, new bit patterns, old bit patterns) where 1-D unsigned arrays of one dtype
-    and length differ, positions ascending as int64; only the count (the rest None) when more than
-    ``limit`` elements differ (a dense segment needs no positions)."""
+def changes(old: np.ndarray, new: np.ndarray, limit: int) -> tuple[int, Changed | None]:
+    """How many elements of two 1-D unsigned arrays of one dtype and length differ, and which (None
+    when more than ``limit`` differ: a dense segment needs no positions)."""
     per = WORD.itemsize // old.dtype.itemsize
     bulk = old.size - old.size % per if per > 1 else 0
     if bulk:
@@ -41,12 +47,10 @@ def changes(old: np.ndarray, new: np.ndarray, limit: int) -> Diff:
                 tail = bulk + np.flatnonzero(old[bulk:] != new[bulk:])
                 pos = np.concatenate([pos, tail])
                 nv, ov = np.concatenate([nv, new[tail]]), np.concatenate([ov, old[tail]])
-            if pos.size > limit:
-                return pos.size, None, None, None
-            return pos.size, pos, nv, ov
+            return pos.size, (Changed(pos, nv, ov) if pos.size <= limit else None)
     differ = old != new
     count = int(np.count_nonzero(differ))
     if count > limit:
-        return count, None, None, None
+        return count, None
     pos = np.flatnonzero(differ)
-    return count, pos, new[pos], old[pos]
+    return count, Changed(pos, new[pos], old[pos])

@@ -126,10 +126,10 @@ def _encode_segment(
     ti: int, start: int, old: np.ndarray, new: np.ndarray, level: int, index_coding: str
 ) -> Encoded | None:
     span = old.size
-    count, pos, nv, ov = changes(old, new, span // DENSE_DIV)
+    count, changed = changes(old, new, span // DENSE_DIV)
     if count == 0:
         return None
-    if pos is None or nv is None or ov is None:  # more than 1/DENSE_DIV changed
+    if changed is None:  # more than 1/DENSE_DIV changed
         coding, vraw, vcomp = _pick_values(
             [(VALUE_DELTA, intcode.zigzag_diff(new, old)), (VALUE_RAW, new)], level
         )
@@ -137,7 +137,10 @@ def _encode_segment(
             KIND_DENSE, coding, INDEX_NONE, ti, start, span, count, 0, 0, len(vraw), len(vcomp)
         )
         return head.pack() + vcomp, head, None, None
-    coding, vraw, vcomp = _pick_values([(VALUE_DELTA, intcode.zigzag_diff(nv, ov)), (VALUE_RAW, nv)], level)
+    pos, nv, ov = changed
+    coding, vraw, vcomp = _pick_values(
+        [(VALUE_DELTA, intcode.zigzag_diff(nv, ov)), (VALUE_RAW, nv)], level
+    )
     gaps = intcode.positions_to_gaps(pos)
     if index_coding == "auto":
         options = [

@@ -23,9 +23,9 @@ def test_changes_are_those_of_an_element_compare(dtype: type, size: int, density
     moved = rng.random(size) < density
     new[moved] += rng.integers(1, 4, int(moved.sum()), dtype=dtype)
     want = _expected(old, new)
-    count, pos, nv, ov = changes(old, new, size)
-    assert count == want[0].size
-    assert pos is not None and nv is not None and ov is not None
+    count, changed = changes(old, new, size)
+    assert count == want[0].size and changed is not None
+    pos, nv, ov = changed
     assert pos.dtype == np.int64 and nv.dtype == old.dtype and ov.dtype == old.dtype
     for got, exp in zip((pos, nv, ov), want, strict=True):
         np.testing.assert_array_equal(got, exp)
@@ -40,9 +40,9 @@ def test_more_changes_than_the_limit_give_only_their_count(density: float) -> No
     new = old.copy()
     new[rng.random(old.size) < density] ^= 1
     n = int(np.count_nonzero(old != new))
-    assert changes(old, new, n - 1) == (n, None, None, None)
-    count, pos, _, _ = changes(old, new, n)
-    assert count == n and pos is not None and pos.size == n
+    assert changes(old, new, n - 1) == (n, None)
+    count, changed = changes(old, new, n)
+    assert count == n and changed is not None and changed.pos.size == n
 
 
 def test_a_segment_of_unaligned_words_is_diffed_too() -> None:
@@ -52,8 +52,8 @@ def test_a_segment_of_unaligned_words_is_diffed_too() -> None:
     moved = base.copy()
     moved[rng.random(base.size) < 0.02] += 1
     old, new = base[1:], moved[1:]
-    count, pos, nv, ov = changes(old, new, old.size)
+    count, changed = changes(old, new, old.size)
     want = _expected(old, new)
-    assert count == want[0].size and pos is not None
-    for got, exp in zip((pos, nv, ov), want, strict=True):
+    assert count == want[0].size and changed is not None
+    for got, exp in zip(changed, want, strict=True):
         np.testing.assert_array_equal(got, exp)
