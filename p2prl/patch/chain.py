@@ -10,6 +10,7 @@ never drops an anchor that a retained delta's slow path needs.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,15 +23,18 @@ from p2prl.crypto import Identity
 from p2prl.gilslices import short_gil_slices
 from p2prl.patch.anchors import ANCHOR_CODEC, decode_anchor, encode_anchor
 from p2prl.patch.apply import PatchApplier
+from p2prl.patch.dtypes import uint_view
 from p2prl.patch.encode import PatchEncoder
 from p2prl.patch.errors import PatchError, PatchReason
 from p2prl.patch.format import CODEC
 from p2prl.patch.hashing import weights_hash
 from p2prl.patch.manifests import ManifestStore
+from p2prl.patch.scatter import scatter_all
 from p2prl.protocol import DEFAULT_CHUNK_SIZE, PatchManifest, blob_ref_for, encode_message
 from p2prl.store import BlobStore, StoreError
 
 STATE_FILE = "chain.json"
+COPY_DIV = 32  # a segment with more than 1/COPY_DIV of its elements changed is copied whole
 
 
 @dataclass(frozen=True)
@@ -274,6 +278,22 @@ def retention(manifests: Manifests, keep_versions: int) -> tuple[set[str], set[s
 # -- publishing --------------------------------------------------------------------------------
 
 
+def _write_changes(
+    copy: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], enc: PatchEncoder
+) -> None:
+    """Bring ``copy`` (the encoder's base) up to ``new``: only the elements the patch changes."""
+    names = [s.name for s in enc.specs]
+    scatters = []
+    for ti, start, pos, nv in enc.changes:
+        dst, src = uint_view(copy[names[ti]])[start:], uint_view(new[names[ti]])[start:]
+        n = min(enc.segment_span, dst.size)
+        if pos is None or nv is None or pos.size * COPY_DIV > n:  # many changes: a straight copy beats a scatter
+            dst[:n] = src[:n]
+        else:
+            scatters.append((dst, pos, nv))  # the new bits the encoder gathered: nothing read from ``new``
+    scatter_all(scatters)
+
+
 class ChainPublisher:
     """The trainer's side: signs and stores one version per ``publish``.
 
@@ -369,8 +389,8 @@ class ChainPublisher:
         """Publish ``state`` (the trainer's bf16 weights) as the next version.
 
         ``state`` is read in place (it must not change until this returns); the chain's own copy of
-        the last version is brought up to it by writing the elements the patch changes as the diff
-        finds them (a failure before the commit rebuilds the copy from the last one), so a publish
+        the last version is brought up to it by writing the elements the patch changes, beside the
+        signing and storing (a failure there rebuilds the copy from the last commit), so a publish
         costs one read of both states and a pass over the changed elements, not a copy of the model.
         It runs in short GIL slices: beside the learner's thread, each of its thousands of short
         calls would otherwise wait for a 5 ms slice (p2prl/gilslices.py)."""
@@ -391,16 +411,24 @@ class ChainPublisher:
             v = (self.version or 0) + 1
             new = {k: t.detach().contiguous() for k, t in state.items()}
             snapshot = self._state
-            # the copy of the last version moves on to this one inside the diff: each segment's
-            # changed elements are written into it as soon as they are encoded
-            enc = PatchEncoder(
-                snapshot, new, zstd_level=self.zstd_level, base_hash=self.result_hash, write_base=True
-            )
+            enc = PatchEncoder(snapshot, new, zstd_level=self.zstd_level, base_hash=self.result_hash)
+            dblob = b"".join(enc.segments())
+            assert enc.result_hash is not None and self.result_hash is not None
+            result_hash = enc.result_hash
+            self.last_encode_s = time.monotonic() - t0
+            # the copy of the last version moves on to this one beside the signing and storing (it
+            # reads ``new`` and the encoder's changes, which those do not touch)
+            failed: list[BaseException] = []
+
+            def write() -> None:
+                try:
+                    _write_changes(snapshot, new, enc)
+                except BaseException as e:  # raised on the publishing thread below
+                    failed.append(e)
+
+            writer = threading.Thread(target=write, name="chain-copy")
+            writer.start()
             try:
-                dblob = b"".join(enc.segments())
-                assert enc.result_hash is not None and self.result_hash is not None
-                result_hash = enc.result_hash
-                self.last_encode_s = time.monotonic() - t0
                 m = PatchManifest(
                     version=v,
                     base_version=v - 1,
@@ -416,8 +444,13 @@ class ChainPublisher:
                 if blob is not None:
                     anchor = self._sign(self._anchor_manifest(v, result_hash, blob), blob)
             except BaseException:
-                self._rebuild()  # the copy moved (some way) on to a version that was not committed
+                writer.join()
+                self._rebuild()  # the copy moved on to a version that was not committed
                 raise
+            writer.join()
+            if failed:  # signed and stored, but the copy is not this version: start again from disk
+                self._rebuild()
+                raise failed[0]
         if anchor is None and blob is not None:  # version 0
             anchor = self._sign(self._anchor_manifest(v, result_hash, blob), blob)
         self.version, self.result_hash, self._state = v, result_hash, snapshot

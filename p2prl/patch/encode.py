@@ -51,7 +51,6 @@ VALUE_SAMPLE = 1 << 16  # above this many values, raw-vs-delta is decided on a s
 WINDOW = 8  # segments in flight per encoder (at least two per thread): bounds memory, keeps the threads busy
 # segments encoded at once by default: the machine's cores, 2 to 8 (the result hash has its own thread)
 THREADS = max(2, min(8, (os.cpu_count() or 2) - 1))
-COPY_DIV = 32  # writing the base forward: a segment with more than 1/COPY_DIV changed is copied whole
 DEFAULT_INDEX_CODING = "u16esc"
 _INDEX_BY_NAME = {"leb128": INDEX_LEB128, "u16esc": INDEX_U16ESC}
 _tls = threading.local()
@@ -119,11 +118,12 @@ def _pick_values(cands: list[tuple[int, np.ndarray]], level: int) -> tuple[int, 
     return best
 
 
-Encoded = tuple[bytes, SegmentHead]  # a segment's bytes and its record
+# bytes, record, changed positions and their new bit patterns (both None: dense)
+Encoded = tuple[bytes, SegmentHead, "np.ndarray | None", "np.ndarray | None"]
 
 
 def _encode_segment(
-    ti: int, start: int, old: np.ndarray, new: np.ndarray, level: int, index_coding: str, write: bool
+    ti: int, start: int, old: np.ndarray, new: np.ndarray, level: int, index_coding: str
 ) -> Encoded | None:
     span = old.size
     count, changed = changes(old, new, span // DENSE_DIV)
@@ -136,9 +136,7 @@ def _encode_segment(
         head = SegmentHead(
             KIND_DENSE, coding, INDEX_NONE, ti, start, span, count, 0, 0, len(vraw), len(vcomp)
         )
-        if write:
-            old[:] = new
-        return head.pack() + vcomp, head
+        return head.pack() + vcomp, head, None, None
     pos, nv, ov = changed
     coding, vraw, vcomp = _pick_values(
         [(VALUE_DELTA, intcode.zigzag_diff(nv, ov)), (VALUE_RAW, nv)], level
@@ -158,12 +156,7 @@ def _encode_segment(
     head = SegmentHead(
         KIND_SPARSE, coding, ic, ti, start, span, count, len(iraw), len(icomp), len(vraw), len(vcomp)
     )
-    if write:  # the gathered new bits, while they are in this core's cache: nothing read again
-        if count * COPY_DIV > span:
-            old[:] = new
-        else:
-            old[pos] = nv
-    return head.pack() + icomp + vcomp, head
+    return head.pack() + icomp + vcomp, head, pos, nv
 
 
 class PatchEncoder:
@@ -172,10 +165,9 @@ class PatchEncoder:
     ``base_hash``/``result_hash`` may be passed when the caller already knows them (the trainer
     knows the hash of what it last published); otherwise they are computed, the result hash on its
     own thread beside the diff. After ``segments()`` is exhausted, ``base_hash``, ``result_hash``
-    and ``stats`` describe the patch. ``write_base``: each worker, once its segment is encoded,
-    writes the changed elements into ``base`` (which then equals ``new``; half-way if encoding
-    fails), so the trainer's copy of the last version moves on inside the diff's pass instead of
-    after it (``ChainPublisher``).
+    and ``stats`` describe the patch and ``changes`` lists what it changes, per segment (tensor
+    index, start, positions or None for a dense segment): enough to bring a copy of ``base`` up to
+    ``new`` by writing the changed elements only (``ChainPublisher``).
     """
 
     def __init__(
@@ -189,7 +181,6 @@ class PatchEncoder:
         index_coding: str = DEFAULT_INDEX_CODING,
         threads: int = THREADS,
         segment_span: int = SEGMENT_SPAN,
-        write_base: bool = False,
     ) -> None:
         if index_coding not in (*_INDEX_BY_NAME, "auto"):
             raise ValueError(f"index_coding must be leb128, u16esc or auto, not {index_coding!r}")
@@ -203,11 +194,12 @@ class PatchEncoder:
         self.index_coding = index_coding
         self.threads = max(1, threads)
         self.segment_span = segment_span
-        self.write_base = write_base
         # The decoder's own header rules, applied before any work: never write what apply rejects.
         probe = Header(base_hash="0" * 64, tensors=self.specs, zstd_level=zstd_level).to_bytes()
         parse_header(probe[PREAMBLE.size :])
         self.stats = PatchStats(numel=sum(s.numel for s in self.specs))
+        # per segment changed: tensor index, start, positions and new bit patterns (None: dense)
+        self.changes: list[tuple[int, int, np.ndarray | None, np.ndarray | None]] = []
 
     def _work(self) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
         for ti, spec in enumerate(self.specs):
@@ -227,8 +219,8 @@ class PatchEncoder:
         hashed: list[str | PatchError] = []
 
         def hash_new() -> None:
-            try:  # one thread: the encoder's workers already fill the cores, BLAKE3's own would crowd them
-                hashed.append(weights_hash(self.new, threads=1))
+            try:
+                hashed.append(weights_hash(self.new))
             except PatchError as e:  # e.g. a BOOL byte neither 0 nor 1: raised by segments() below
                 hashed.append(e)
 
@@ -239,18 +231,19 @@ class PatchEncoder:
         try:
             with ThreadPoolExecutor(self.threads, thread_name_prefix="patch-enc") as pool:
                 pending: deque[Future[Encoded | None]] = deque()
-                level, ic, write = self.zstd_level, self.index_coding, self.write_base
+                level, ic = self.zstd_level, self.index_coding
 
                 def drain(fut: Future[Encoded | None]) -> bytes | None:
                     out = fut.result()
                     if out is None:
                         return None
-                    data, head = out
+                    data, head, pos, nv = out
                     self._account(head, len(data))
+                    self.changes.append((head.tensor, head.start, pos, nv))
                     return data
 
                 for ti, start, old, new in self._work():
-                    pending.append(pool.submit(_encode_segment, ti, start, old, new, level, ic, write))
+                    pending.append(pool.submit(_encode_segment, ti, start, old, new, level, ic))
                     if len(pending) >= max(WINDOW, 2 * self.threads):
                         data = drain(pending.popleft())
                         if data is not None:
