@@ -87,6 +87,7 @@ _DECLARED: list[Metric] = [
     Metric("groups_consumed", C, "Rollout groups the trainer took into its replay buffer."),
     Metric("rollouts_consumed", C, "Rollouts the trainer took into its replay buffer."),
     Metric("receipts_sent", C, "Receipts lists the trainer signed and sent."),
+    Metric("receipts_resent", C, "Receipts lists sent again while a receipt in them was unused."),
     Metric("verdicts_received", C, "Validator verdicts the trainer received."),
     Metric("verdict_vetoes", C, "Batches a validator's hard failure vetoed."),
     Metric("keys_barred", L, "Miner keys barred from training after a hard failure, by why."),

@@ -43,7 +43,6 @@ FETCH_QUEUE = 256
 FETCH_THREADS = 4
 BAR_VERSIONS = 8  # as long as a hard failure zeroes a validator's score window
 MAX_BARRED = 1 << 16
-RESEND_S = 5.0
 CHAINS_FILE = "chains.jsonl"
 
 
@@ -151,18 +150,17 @@ class RolloutIntake:
 
     # -- receipts thread -----------------------------------------------------------------------
     def send_receipts(self) -> None:
-        """Every ``RECEIPTS_S``: the pending receipts listed, signed and gossiped (the newest lists
-        sent again every ``RESEND_S``: gossip is lossy, and a lost list stalls the chains it seeds)."""
-        env, last_resend = self.env, time.monotonic()
+        """Every ``RECEIPTS_S``: the pending receipts listed, signed and gossiped, and the lists due
+        again (gossip is lossy and miners restart: a lost list stalls the chains it seeds)."""
+        env = self.env
         while not env.stop.wait(RECEIPTS_S):
             raw = self.receipts.take()
             if raw is not None:
                 env.publish_raw("manifests", raw)
                 env.status.incr("receipts_sent")
-            elif time.monotonic() - last_resend >= RESEND_S:
-                for old in self.receipts.recent:
-                    env.publish_raw("manifests", old)
-                last_resend = time.monotonic()
+            for old in self.receipts.due():
+                env.publish_raw("manifests", old)
+                env.status.incr("receipts_resent")
             if self.chainlog.due():
                 self.chainlog.compact(self._kept)
         self.chainlog.close()

@@ -3,8 +3,8 @@ seed is read from (docs/PROTOCOL.md §14). Bounded: a list older than the stalen
 batch a validator still judges.
 
 Kept in the validator's directory (``receipts.jsonl``, an ``AppendLog``), so a restarted validator
-still judges the chained batches of lists it saw before: the trainer sends a list again only while
-no newer one follows, so a list lost with a restart would leave every miner's batch on it unjudged.
+still judges the chained batches of lists it saw before: the trainer sends a list again for at most
+five minutes, so a list lost with a restart would leave every miner's batch on it unjudged.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class ReceiptLists:
     def on_receipts(self, item: Incoming[Receipts]) -> None:
         digest = item.envelope.digest.hex()
         with self._lock:
-            if digest in self._lists:  # the trainer sends its newest lists again while none is new
+            if digest in self._lists:  # the trainer sends a list again while a receipt in it is unused
                 return
             self._lists[digest] = frozenset(item.message.entries)
         self._file.append([{"d": digest, "e": sorted(item.message.entries)}])

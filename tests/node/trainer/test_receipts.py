@@ -66,3 +66,56 @@ def test_a_list_must_be_sorted_distinct_and_bounded() -> None:
             Receipts.from_body({**ok.to_body(), "entries": entries})
     with pytest.raises(MessageError):
         Receipts.from_body({**ok.to_body(), "entries": [f"{i:032x}" for i in range(Receipts.MAX_ENTRIES + 1)]})
+
+
+def test_a_list_is_sent_again_on_its_schedule_while_a_receipt_in_it_is_unused() -> None:
+    """Gossip is lossy and miners restart: a list goes out again 5, 30, 120 and 300 s after it
+    first did, each time only while one of its receipts has seeded no batch."""
+    book = R.ReceiptBook(TRAINER, NET)
+    book.add(A.public_key, "11" * 32, trusted=True)
+    book.add(B.public_key, "22" * 32, trusted=True)
+    raw = book.take(now=100.0)
+    digest = hashlib.sha256(raw).hexdigest()
+    assert book.due(now=104.0) == []
+    assert book.due(now=105.0) == [raw]
+    assert book.due(now=106.0) == []  # once per delay
+    assert book.seeds(A.public_hex, _chained("11" * 32, digest))  # B's receipt is still unused
+    assert book.due(now=130.0) == [raw]
+    assert book.due(now=1000.0) == [raw]  # past both later delays at once: one send, then done
+    assert book.due(now=2000.0) == []
+    book.add(A.public_key, "33" * 32, trusted=True)
+    raw = book.take(now=3000.0)
+    assert book.seeds(A.public_hex, _chained("33" * 32, hashlib.sha256(raw).hexdigest()))
+    assert book.due(now=3005.0) == []  # every receipt in it seeded its batch: never sent again
+
+
+def test_the_lists_kept_for_sending_again_are_bounded_in_bytes(monkeypatch) -> None:
+    monkeypatch.setattr(R, "HISTORY_BYTES", 1)
+    book = R.ReceiptBook(TRAINER, NET)
+    for i in range(3):
+        book.add(A.public_key, f"{i:064x}", trusted=True)
+        last = book.take(now=0.0)
+    assert book.due(now=5.0) == [] and last is not None  # nothing fits: nothing is kept
+
+
+def test_a_list_sent_while_its_miner_was_down_reaches_it_when_sent_again(tmp_path) -> None:
+    """A miner that announced a batch and was down when its receipt went out (and when the list
+    went out again 5 s later) gets it from the next send and chains on it after its restart."""
+    from p2prl.net import Incoming
+    from p2prl.node.miner.chains import Chains
+
+    path = tmp_path / "chains.json"
+    Chains(A.public_key, path).announced("44" * 32)
+    book = R.ReceiptBook(TRAINER, NET)
+    book.add(A.public_key, "44" * 32, trusted=True)
+    book.take(now=0.0)  # the miner is down: this list never reaches it
+    assert len(book.due(now=5.0)) == 1  # nor this one
+    miner = Chains(A.public_key, path)  # started again
+    assert miner.take() is None
+    (again,) = book.due(now=40.0)
+    env, msg = decode_message(again, NET, allowed_signers={TRAINER.public_key})
+    assert isinstance(msg, Receipts)
+    miner.on_receipts(Incoming("manifests", env, msg, "peer", "peer"))
+    slot = miner.take()
+    assert slot is not None and slot[0] == "44" * 32
+    assert book.seeds(A.public_hex, _chained(*slot))
