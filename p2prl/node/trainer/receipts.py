@@ -31,7 +31,7 @@ from p2prl.reasons import NodeDrop
 RECEIPTS_S = 1.0  # how often the pending receipts are listed and sent
 PER_SIGNER = 64  # receipts of one key in one list
 KEPT = 1 << 16  # receipts sent, remembered until their chained batch arrives
-RESENT = 4  # the newest lists, kept for the node's status and tests
+RESENT = 4  # the newest lists, kept in ``recent`` (only tests read it; the re-sends use the history)
 RESEND_AFTER_S = (5.0, 30.0, 120.0, 300.0)  # a list sent again this long after it first went out
 HISTORY_BYTES = 16 << 20  # lists kept for sending again (the oldest go first past this)
 
